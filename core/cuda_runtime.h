@@ -1,0 +1,29 @@
+#pragma once
+// The narrow interface core needs from the CUDA runtime. Implemented in kernels/cuda (or by a
+// stub that reports CUDA as unavailable when Ember is built without it).
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::cuda {
+
+bool is_available();  // built with CUDA and at least one device visible
+int device_count();
+void synchronize(int device = 0);  // also raises errors flagged by kernels (bad indices)
+// Copies on the device's stream. Host-to-device from pageable memory and device-to-host return
+// once the data is safe to reuse / read.
+void copy_host_to_device(void* dst, const void* src, size_t n, int device);
+void copy_device_to_host(void* dst, const void* src, size_t n, int device);
+void copy_device_to_device(void* dst, const void* src, size_t n, int device);
+
+struct AllocatorStats {
+  int64_t allocated = 0;       // bytes in live blocks handed out
+  int64_t reserved = 0;        // bytes obtained from cudaMalloc
+  int64_t peak_allocated = 0;  // high-water mark of `allocated`
+  int64_t num_allocs = 0;      // allocate() calls
+  int64_t num_device_mallocs = 0;  // cudaMalloc calls (cache misses)
+};
+AllocatorStats memory_stats(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+void empty_cache();  // returns cached free blocks to the driver
+
+}  // namespace ember::cuda

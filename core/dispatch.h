@@ -1,0 +1,76 @@
+#pragma once
+// The path of every primitive op: meta (validate + infer) -> kernel -> hooks.
+#include <span>
+
+#include "core/op.h"
+#include "core/tensor.h"
+
+namespace ember {
+
+// What meta inference decides about an op's output.
+struct OutputMeta {
+  Shape shape;
+  DType dtype = kFloat32;
+  Device device;
+  Strides strides;     // views only
+  int64_t offset = 0;  // views only
+};
+
+// Validates inputs and attrs of `op` and infers its output; throws ember::Error on bad input.
+OutputMeta infer_meta(OpId op, std::span<const Tensor> inputs, const Attrs& attrs);
+
+// Runs `op`. With `out` given the op writes into it in place (its shape and dtype must fit the
+// op's result) and returns it; otherwise it returns a new tensor (or a view, for view ops).
+Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
+                const Tensor* out = nullptr);
+inline Tensor dispatch(OpId op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {},
+                       const Tensor* out = nullptr) {
+  return dispatch(op, std::span<const Tensor>(inputs.begin(), inputs.size()), attrs, out);
+}
+
+// Observers of dispatched ops, for layers above core (autograd, the JIT's tracer). Core calls
+// them after the kernel ran; they are plain function pointers so an unobserved op pays one
+// predictable branch.
+using OpObserver = void (*)(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
+                            const Tensor& out, bool inplace);
+void set_autograd_observer(OpObserver fn);  // process-wide
+void set_trace_observer(OpObserver fn);     // this thread only
+
+// The kernels each device provides (kernels/cpu, kernels/cuda). What dispatch guarantees a
+// kernel, by kind (after meta succeeded; `out` is allocated, on the op's device):
+//  Nullary (fill): no inputs; `out` may be strided; write attrs.value into every element.
+//  Unary/Binary/Ternary: inputs share one dtype (the compute dtype), except where's condition
+//    (bool) and cast's input (any); their shapes broadcast to out.sizes(); any strides; an input
+//    may be a 0-dim CPU tensor when `out` is on CUDA (read its value on the host). `out` may be
+//    strided and may be the very memory of an input (in-place). Plan loops with kernels::make_iter.
+//  Reduce: input any strides; attrs.dims sorted, unique, non-negative and non-empty (all dims
+//    when the user gave none); `out` contiguous with the reduced shape (keepdim applied). argmax:
+//    the index is the row-major position among the reduced dims, first occurrence wins, NaN is
+//    the maximum. Accumulate float16/bfloat16 in float.
+//  Matmul: same dtype; mm [M,K]x[K,N], bmm [B,M,K]x[B,K,N] with any strides (batch stride may
+//    be 0 after an expand); `out` contiguous. float32 uses TF32 on the GPU only if allow_tf32().
+//  Softmax: input contiguous, attrs.dim non-negative; `out` contiguous, same shape.
+//  Loss (cross_entropy): logits [N,C] float contiguous, target [N] int64 contiguous; `out` [N].
+//    target == attrs.ignore_index gives 0; a target outside [0,C) otherwise is an error (CPU:
+//    throw; CUDA: raise the device error flag, reported at the next synchronize / host copy).
+//  Index: contiguous inputs, index int64; gather: index has input's ndim; index_select: 1-D
+//    index; one_hot: int64 input, attrs.num_classes > 0. Out-of-range indices as for Loss.
+//  Cat: inputs same dtype and shape but along attrs.dim (non-negative), any strides; `out`
+//    contiguous.
+//  Factory (arange): `out` contiguous 1-D; element i = cast(range_start + i * range_step).
+//  Random: `out` contiguous; element i from core/philox.h with (attrs.seed, attrs.offset):
+//    rand -> uniform (rounded below 1 in the dtype), randn -> normal, randint -> integer in
+//    [attrs.lo, attrs.hi).
+//  View and Transfer ops never reach a kernel.
+struct KernelCall {
+  OpId op;
+  std::span<const Tensor> inputs;
+  const Attrs& attrs;
+  const Tensor& out;
+};
+namespace kernels {
+void run_cpu(const KernelCall& call);
+void run_cuda(const KernelCall& call);
+}  // namespace kernels
+
+}  // namespace ember

@@ -1,0 +1,125 @@
+#pragma once
+// The public op API. Type promotion and casts happen here, so every dispatched primitive sees
+// inputs of one dtype; composites (sub-free ones like matmul, linear, stack) are built here too.
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember {
+
+// Elementwise
+Tensor neg(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor gelu(const Tensor& a, bool approximate_tanh = false);
+Tensor clamp(const Tensor& a, std::optional<Scalar> lo, std::optional<Scalar> hi);
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Scalar& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// Tensor-scalar forms wrap the scalar (it does not widen the tensor's dtype within a category).
+#define EMBER_SCALAR_OVERLOADS(fn)                 \
+  Tensor fn(const Tensor& a, const Scalar& b);     \
+  Tensor fn(const Scalar& a, const Tensor& b);
+EMBER_SCALAR_OVERLOADS(add)
+EMBER_SCALAR_OVERLOADS(sub)
+EMBER_SCALAR_OVERLOADS(mul)
+EMBER_SCALAR_OVERLOADS(div)
+EMBER_SCALAR_OVERLOADS(maximum)
+EMBER_SCALAR_OVERLOADS(minimum)
+EMBER_SCALAR_OVERLOADS(eq)
+EMBER_SCALAR_OVERLOADS(ne)
+EMBER_SCALAR_OVERLOADS(lt)
+EMBER_SCALAR_OVERLOADS(le)
+EMBER_SCALAR_OVERLOADS(gt)
+EMBER_SCALAR_OVERLOADS(ge)
+#undef EMBER_SCALAR_OVERLOADS
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b);
+
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+
+// Result dtype of combining these operands (torch.result_type).
+DType result_type(std::span<const Tensor> operands);
+
+// Reductions. Empty `dims` reduces everything.
+Tensor sum(const Tensor& a, const Dims& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& a, const Dims& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& a, const Dims& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& a, const Dims& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& a);  // all elements
+Tensor min(const Tensor& a);
+Tensor argmax(const Tensor& a);  // index into the flattened tensor
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor logsumexp(const Tensor& a, const Dims& dims, bool keepdim = false);
+
+// Matrix products
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b);  // numpy semantics, batch broadcasting
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  // x W^T + b
+// TF32 for float32 GEMMs on the GPU: off unless turned on (like torch.backends.cuda.matmul).
+void set_allow_tf32(bool on);
+bool allow_tf32();
+
+// Normalisers and losses
+Tensor softmax(const Tensor& a, int64_t dim);
+Tensor log_softmax(const Tensor& a, int64_t dim);
+// Per-sample cross entropy of logits [N, C] against int64 class indices [N]; samples whose
+// target equals ignore_index get 0. Out-of-range targets raise ember::Error.
+Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target,
+                                int64_t ignore_index = -100);
+
+// Indexing and joining
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
+Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// Casting and moving
+Tensor cast(const Tensor& a, DType dtype);
+Tensor to_device(const Tensor& a, Device device);
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+bool equal(const Tensor& a, const Tensor& b);  // same shape and identical values
+
+}  // namespace ember

@@ -1,0 +1,142 @@
+#pragma once
+// Tensor: a cheap refcounted handle to (storage, shape, strides, offset, dtype, device).
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/scalar.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace ember {
+
+struct AutogradMeta;  // defined by autograd/; core only carries the pointer
+
+struct TensorImpl {
+  StoragePtr storage;
+  Shape sizes;
+  Strides strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = kFloat32;
+  Device device;
+  // A host number wrapped as a 0-dim tensor: it does not decide the result dtype of an op
+  // against dimensioned tensors of the same category (like PyTorch's wrapped numbers).
+  bool wrapped_number = false;
+  std::shared_ptr<AutogradMeta> autograd;
+
+  int64_t numel() const { return numel_of(sizes); }
+  bool is_contiguous() const;
+  char* data() const {
+    return static_cast<char*>(storage->data) + offset * element_size(dtype);
+  }
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // Metadata.
+  int dim() const { return impl()->sizes.size(); }
+  const Shape& sizes() const { return impl()->sizes; }
+  const Strides& strides() const { return impl()->strides; }
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return impl()->numel(); }
+  int64_t storage_offset() const { return impl()->offset; }
+  DType dtype() const { return impl()->dtype; }
+  Device device() const { return impl()->device; }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_contiguous() const { return impl()->is_contiguous(); }
+  int64_t element_size() const { return ember::element_size(dtype()); }
+  int64_t nbytes() const { return numel() * element_size(); }
+  // Raw pointer to the first element (a device pointer for CUDA tensors).
+  void* raw_data() const { return impl()->data(); }
+  template <class T> T* data_ptr() const;
+
+  // Host reads. item() copies one element to the host (a sync for CUDA tensors).
+  template <class T> T item() const;
+  Scalar item() const;
+  template <class T> std::vector<T> to_vector() const;  // contiguous copy on the host
+
+  // Conversions and copies.
+  Tensor to(Device d) const;
+  Tensor to(DType t) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor contiguous() const;
+  Tensor clone() const;
+
+  // Views (share storage).
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t a, int64_t b) const;
+  Tensor t() const;
+  Tensor permute(const Dims& order) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+
+  // In place (bump the storage version).
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(const Scalar& v);
+  Tensor& zero_();
+  Tensor& add_(const Tensor& other);
+  Tensor& add_(const Scalar& other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(const Scalar& other);
+
+  // Reductions and common ops as methods.
+  Tensor sum() const;
+  Tensor sum(const Dims& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Dims& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor relu() const;
+  Tensor matmul(const Tensor& other) const;
+
+  std::string str() const;  // printed like PyTorch
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Makes a fresh tensor with contiguous layout (no kernel; contents uninitialised).
+Tensor make_empty(const Shape& shape, DType dtype, Device device);
+// A 0-dim host tensor holding `v`, flagged as a wrapped number.
+Tensor wrap_scalar(const Scalar& v, DType dtype);
+
+// Raw host access. Only for CPU tensors.
+template <class T>
+T* Tensor::data_ptr() const {
+  EMBER_CHECK(defined(), "data_ptr: undefined tensor");
+  EMBER_CHECK(DTypeOf<T>::value == dtype(), "data_ptr: tensor is ", dtype_name(dtype()),
+              ", asked for ", dtype_name(DTypeOf<T>::value));
+  return reinterpret_cast<T*>(raw_data());
+}
+
+}  // namespace ember

@@ -1,0 +1,17 @@
+#pragma once
+// CUDA kernels by kind; kernels/cuda/dispatch_cuda.cpp routes a KernelCall to one of these.
+// Each launcher enqueues on the device's Ember stream (kernels/cuda/runtime.h) and checks the
+// launch; none synchronizes.
+#include "core/dispatch.h"
+
+namespace ember::kernels::cuda {
+void pointwise(const KernelCall& call);
+void reduce(const KernelCall& call);
+void matmul(const KernelCall& call);
+void softmax(const KernelCall& call);
+void cross_entropy(const KernelCall& call);
+void index(const KernelCall& call);
+void cat(const KernelCall& call);
+void arange(const KernelCall& call);
+void random(const KernelCall& call);
+}  // namespace ember::kernels::cuda
