@@ -9,6 +9,8 @@ namespace ember {
 
 // What meta inference decides about an op's output.
 struct OutputMeta {
+  OutputMeta() = default;
+  OutputMeta(const Shape& s, DType t, Device d) : shape(s), dtype(t), device(d) {}
   Shape shape;
   DType dtype = kFloat32;
   Device device;

@@ -29,9 +29,14 @@ Tensor arange(const Scalar& end, TensorOptions opts);
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1);
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions opts);
 Tensor arange(const Scalar& end);
-// Copies host data into a new tensor of the given shape (numel must match).
+// Copies host data into a new tensor of the given shape (numel must match). Without options the
+// dtype is T's (float -> float32, int64_t -> int64, bool -> bool, ...) on the CPU.
 template <class T>
-Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts = {});
+Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts);
+template <class T>
+Tensor from_vector(const std::vector<T>& data, const Shape& shape) {
+  return from_vector(data, shape, TensorOptions(DTypeOf<T>::value));
+}
 Tensor from_blob_copy(const void* data, const Shape& shape, DType dtype, Device device);
 Tensor scalar_tensor(const Scalar& v, TensorOptions opts = {});
 

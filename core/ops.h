@@ -2,6 +2,7 @@
 // The public op API. Type promotion and casts happen here, so every dispatched primitive sees
 // inputs of one dtype; composites (sub-free ones like matmul, linear, stack) are built here too.
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
@@ -76,6 +77,12 @@ Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Scalar& b);
+Tensor operator!=(const Tensor& a, const Scalar& b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
 
 // Result dtype of combining these operands (torch.result_type).
 DType result_type(std::span<const Tensor> operands);

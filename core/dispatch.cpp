@@ -1,0 +1,97 @@
+#include "core/dispatch.h"
+
+#include <vector>
+
+#include "core/cuda_runtime.h"
+
+namespace ember {
+namespace {
+
+OpObserver g_autograd_observer = nullptr;
+thread_local OpObserver t_trace_observer = nullptr;
+
+Tensor make_view(const Tensor& base, const OutputMeta& m) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.impl()->storage;
+  impl->sizes = m.shape;
+  impl->strides = m.strides;
+  impl->offset = m.offset;
+  impl->dtype = base.dtype();
+  impl->device = base.device();
+  return Tensor(std::move(impl));
+}
+
+// Copies between devices. The source is made contiguous on its own device first, so a single
+// flat copy moves it.
+Tensor transfer(const Tensor& x, Device to) {
+  Tensor src = x.is_contiguous() ? x : x.contiguous();
+  Tensor out = make_empty(src.sizes(), src.dtype(), to);
+  const size_t n = static_cast<size_t>(src.nbytes());
+  if (n == 0) return out;
+  const Device from = src.device();
+  if (from.is_cpu() && to.is_cuda()) {
+    cuda::copy_host_to_device(out.raw_data(), src.raw_data(), n, to.index);
+  } else if (from.is_cuda() && to.is_cpu()) {
+    cuda::copy_device_to_host(out.raw_data(), src.raw_data(), n, from.index);
+  } else if (from.is_cuda() && to.is_cuda()) {
+    // Between two GPUs: stage through the host (rare; keeps the runtime interface small).
+    std::vector<char> host(n);
+    cuda::copy_device_to_host(host.data(), src.raw_data(), n, from.index);
+    cuda::copy_host_to_device(out.raw_data(), host.data(), n, to.index);
+  }
+  return out;
+}
+
+void run_kernel(const KernelCall& call) {
+  if (call.out.device().is_cpu()) {
+    kernels::run_cpu(call);
+  } else {
+    kernels::run_cuda(call);
+  }
+}
+
+}  // namespace
+
+void set_autograd_observer(OpObserver fn) { g_autograd_observer = fn; }
+void set_trace_observer(OpObserver fn) { t_trace_observer = fn; }
+
+Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor* out) {
+  const OpKind kind = op_info(op).kind;
+  Tensor result;
+  if (kind == OpKind::Nullary) {
+    EMBER_CHECK(out && out->defined(), op_name(op), ": needs an output tensor to write into");
+    result = *out;
+    ++result.impl()->storage->version;
+    if (result.numel() > 0) run_kernel({op, inputs, attrs, result});
+  } else {
+    const OutputMeta m = infer_meta(op, inputs, attrs);
+    if (kind == OpKind::View) {
+      EMBER_CHECK(!out, op_name(op), ": a view op cannot write into an output");
+      result = make_view(inputs[0], m);
+    } else if (kind == OpKind::Transfer) {
+      EMBER_CHECK(!out, "to_device: cannot write into an output");
+      result = transfer(inputs[0], m.device);
+    } else {
+      if (out) {
+        EMBER_CHECK(out->defined(), op_name(op), ": output tensor is undefined");
+        EMBER_CHECK(out->sizes() == m.shape, op_name(op), ": result of shape ", m.shape,
+                    " cannot be written into a tensor of shape ", out->sizes());
+        EMBER_CHECK(out->dtype() == m.dtype, op_name(op), ": result of dtype ",
+                    dtype_name(m.dtype), " cannot be written into a tensor of dtype ",
+                    dtype_name(out->dtype()));
+        EMBER_CHECK(out->device() == m.device, op_name(op), ": result on ", m.device.str(),
+                    " cannot be written into a tensor on ", out->device().str());
+        result = *out;
+        ++result.impl()->storage->version;
+      } else {
+        result = make_empty(m.shape, m.dtype, m.device);
+      }
+      if (result.numel() > 0) run_kernel({op, inputs, attrs, result});
+    }
+  }
+  if (t_trace_observer) t_trace_observer(op, inputs, attrs, result, out != nullptr);
+  if (g_autograd_observer) g_autograd_observer(op, inputs, attrs, result, out != nullptr);
+  return result;
+}
+
+}  // namespace ember

@@ -1,0 +1,349 @@
+// Meta inference: validate an op's inputs and attrs and decide its output, by op kind.
+// The public API (core/ops.cpp) has already promoted dtypes and normalised dims; meta still
+// checks everything, because the JIT and other layers dispatch directly.
+#include <algorithm>
+
+#include "core/dispatch.h"
+
+namespace ember {
+namespace {
+
+const char* cname(OpId op) { return op_info(op).name.data(); }
+
+// A 0-dim CPU tensor may join an op on any device (its value is read on the host).
+bool is_host_scalar(const Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
+
+Device common_device(OpId op, std::span<const Tensor> in, bool allow_host_scalars) {
+  Device dev = in[0].device();
+  bool found = !(allow_host_scalars && is_host_scalar(in[0]));
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (allow_host_scalars && is_host_scalar(in[i])) continue;
+    if (!found) {
+      dev = in[i].device();
+      found = true;
+      continue;
+    }
+    EMBER_CHECK(in[i].device() == dev, op_name(op), ": expected all tensors on one device, but input 0 is on ",
+                dev.str(), " and input ", i, " is on ", in[i].device().str());
+  }
+  return dev;
+}
+
+void check_dtype(OpId op, DType t, int input) {
+  EMBER_CHECK(in_set(op_info(op).dtypes, t), op_name(op), ": input ", input, " has dtype ",
+              dtype_name(t), ", which this op does not support");
+}
+
+DType apply_rule(OpId op, DType in) {
+  switch (op_info(op).rule) {
+    case OutRule::Same:
+    case OutRule::IntToFloat: return in;
+    case OutRule::ToBool: return kBool;
+    case OutRule::ToInt64: return is_floating(in) ? in : kInt64;
+    case OutRule::Index: return kInt64;
+    case OutRule::Cast: return in;  // handled by the caller
+  }
+  return in;
+}
+
+OutputMeta pointwise_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
+  const OpKind kind = op_info(op).kind;
+  const size_t arity = kind == OpKind::Unary ? 1 : kind == OpKind::Binary ? 2 : 3;
+  EMBER_CHECK(in.size() == arity, op_name(op), ": expected ", arity, " inputs, got ", in.size());
+  OutputMeta m;
+  m.device = common_device(op, in, true);
+  // where's condition is bool; the value operands share the compute dtype.
+  const size_t first = op == OpId::where ? 1 : 0;
+  if (op == OpId::where)
+    EMBER_CHECK(in[0].dtype() == kBool, "where: condition must be bool, got ",
+                dtype_name(in[0].dtype()));
+  const DType t = in[first].dtype();
+  for (size_t i = first + 1; i < in.size(); ++i)
+    EMBER_CHECK(in[i].dtype() == t, op_name(op), ": inputs must share a dtype after promotion, got ",
+                dtype_name(t), " and ", dtype_name(in[i].dtype()));
+  check_dtype(op, t, static_cast<int>(first));
+  m.dtype = op == OpId::cast ? a.dtype : apply_rule(op, t);
+  m.shape = in[0].sizes();
+  for (size_t i = 1; i < in.size(); ++i) m.shape = broadcast_shapes(m.shape, in[i].sizes(), cname(op));
+  if (op == OpId::clamp)
+    EMBER_CHECK(a.has_lo || a.has_hi, "clamp: at least one of min and max must be given");
+  return m;
+}
+
+OutputMeta reduce_meta(OpId op, const Tensor& x, const Attrs& a) {
+  OutputMeta m;
+  m.device = x.device();
+  check_dtype(op, x.dtype(), 0);
+  m.dtype = apply_rule(op, x.dtype());
+  const int nd = x.dim();
+  int prev = -1;
+  for (int64_t d : a.dims) {
+    EMBER_CHECK(d > prev && d < std::max(nd, 1), op_name(op),
+                ": reduce dims must be sorted, unique and in range for ", nd, " dims, got ", a.dims);
+    prev = static_cast<int>(d);
+  }
+  EMBER_CHECK(!a.dims.empty(), op_name(op), ": no dims to reduce");
+  if (op == OpId::argmax)
+    EMBER_CHECK(a.dims.size() == 1 || a.dims.size() == nd, "argmax: reduces one dim or all, got ",
+                a.dims);
+  int64_t reduced = 1;
+  for (int d = 0; d < nd; ++d) {
+    const bool r = std::find(a.dims.begin(), a.dims.end(), d) != a.dims.end();
+    if (r) reduced *= x.size(d);
+    if (!r) m.shape.push_back(x.size(d));
+    else if (a.keepdim) m.shape.push_back(1);
+  }
+  if (op == OpId::amax || op == OpId::amin || op == OpId::argmax)
+    EMBER_CHECK(reduced > 0, op_name(op), ": cannot reduce over zero elements (shape ", x.sizes(),
+                ", dims ", a.dims, ")");
+  return m;
+}
+
+OutputMeta matmul_meta(OpId op, std::span<const Tensor> in) {
+  EMBER_CHECK(in.size() == 2, op_name(op), ": expected 2 inputs");
+  const Tensor &a = in[0], &b = in[1];
+  OutputMeta m;
+  m.device = common_device(op, in, false);
+  EMBER_CHECK(a.dtype() == b.dtype(), op_name(op), ": dtypes differ: ", dtype_name(a.dtype()),
+              " and ", dtype_name(b.dtype()));
+  check_dtype(op, a.dtype(), 0);
+  m.dtype = a.dtype();
+  if (op == OpId::mm) {
+    EMBER_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got shapes ", a.sizes(),
+                " and ", b.sizes());
+    EMBER_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.sizes(), " and ", b.sizes(),
+                " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
+    m.shape = {a.size(0), b.size(1)};
+  } else {
+    EMBER_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D batches, got shapes ", a.sizes(),
+                " and ", b.sizes());
+    EMBER_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes ", a.sizes(),
+                " and ", b.sizes(), " cannot be multiplied");
+    m.shape = {a.size(0), a.size(1), b.size(2)};
+  }
+  return m;
+}
+
+// Strides that let a tensor of (sizes, strides) be read as `shape` without a copy, if any.
+bool view_strides(const Shape& sizes, const Strides& strides, const Shape& shape, Strides& out) {
+  out.resize(shape.size());
+  if (numel_of(sizes) == 0 || sizes.size() == 0) {
+    out = contiguous_strides(shape);
+    return true;
+  }
+  int vd = shape.size() - 1;
+  int64_t chunk_stride = strides.back(), tensor_numel = 1, view_numel = 1;
+  for (int td = sizes.size() - 1; td >= 0; --td) {
+    tensor_numel *= sizes[td];
+    const bool chunk_ends =
+        td == 0 || (sizes[td - 1] != 1 && strides[td - 1] != tensor_numel * chunk_stride);
+    if (!chunk_ends) continue;
+    while (vd >= 0 && (view_numel < tensor_numel || shape[vd] == 1)) {
+      out[vd] = view_numel * chunk_stride;
+      view_numel *= shape[vd];
+      --vd;
+    }
+    if (view_numel != tensor_numel) return false;
+    if (td > 0) {
+      chunk_stride = strides[td - 1];
+      tensor_numel = 1;
+      view_numel = 1;
+    }
+  }
+  return vd == -1;
+}
+
+OutputMeta view_meta(OpId op, const Tensor& x, const Attrs& a) {
+  OutputMeta m;
+  m.device = x.device();
+  m.dtype = x.dtype();
+  m.offset = x.storage_offset();
+  const int nd = x.dim();
+  switch (op) {
+    case OpId::view: {
+      for (int64_t s : a.shape)
+        EMBER_CHECK(s >= 0, "view: invalid size ", s, " in shape ", a.shape);
+      EMBER_CHECK(numel_of(a.shape) == x.numel(), "view: shape ", a.shape, " is invalid for ",
+                  x.numel(), " elements (input shape ", x.sizes(), ")");
+      EMBER_CHECK(view_strides(x.sizes(), x.strides(), a.shape, m.strides), "view: shape ",
+                  a.shape, " is not compatible with the input's shape ", x.sizes(), " and strides ",
+                  x.strides(), "; use reshape (it copies)");
+      m.shape = a.shape;
+      break;
+    }
+    case OpId::permute: {
+      EMBER_CHECK(a.dims.size() == nd, "permute: order ", a.dims, " has ", a.dims.size(),
+                  " entries for a tensor of ", nd, " dims");
+      bool seen[kMaxDims] = {};
+      for (int i = 0; i < nd; ++i) {
+        const int64_t d = a.dims[i];
+        EMBER_CHECK(d >= 0 && d < nd && !seen[d], "permute: ", a.dims,
+                    " is not a permutation of the ", nd, " dims");
+        seen[d] = true;
+        m.shape.push_back(x.size(d));
+        m.strides.push_back(x.stride(d));
+      }
+      break;
+    }
+    case OpId::slice: {
+      EMBER_CHECK(a.dim >= 0 && a.dim < nd, "slice: dim ", a.dim, " out of range for shape ",
+                  x.sizes());
+      const int64_t n = x.size(a.dim);
+      EMBER_CHECK(a.step > 0, "slice: step must be positive, got ", a.step);
+      EMBER_CHECK(a.start >= 0 && a.start <= a.end && a.end <= n, "slice: range [", a.start, ", ",
+                  a.end, ") is invalid for dim ", a.dim, " of size ", n);
+      m.shape = x.sizes();
+      m.strides = x.strides();
+      m.shape[a.dim] = (a.end - a.start + a.step - 1) / a.step;
+      m.strides[a.dim] = x.stride(a.dim) * a.step;
+      m.offset += a.start * x.stride(a.dim);
+      break;
+    }
+    case OpId::expand: {
+      EMBER_CHECK(a.shape.size() >= nd, "expand: target shape ", a.shape,
+                  " has fewer dims than the input ", x.sizes());
+      const int lead = a.shape.size() - nd;
+      m.shape.resize(a.shape.size());
+      m.strides.resize(a.shape.size());
+      for (int i = 0; i < a.shape.size(); ++i) {
+        const int j = i - lead;
+        int64_t want = a.shape[i];
+        if (j < 0) {
+          EMBER_CHECK(want >= 0, "expand: size -1 is not allowed for new leading dim ", i);
+          m.shape[i] = want;
+          m.strides[i] = 0;
+          continue;
+        }
+        if (want == -1) want = x.size(j);
+        EMBER_CHECK(x.size(j) == want || x.size(j) == 1, "expand: cannot expand shape ",
+                    x.sizes(), " to ", a.shape, " (dim ", i, ": ", x.size(j), " -> ", want, ")");
+        m.shape[i] = want;
+        m.strides[i] = x.size(j) == want ? x.stride(j) : 0;
+      }
+      break;
+    }
+    default: EMBER_FAIL(op_name(op), ": not a view op");
+  }
+  return m;
+}
+
+OutputMeta factory_meta(OpId op, const Attrs& a) {
+  OutputMeta m;
+  m.shape = a.shape;
+  m.dtype = a.dtype;
+  m.device = a.device;
+  for (int64_t s : a.shape)
+    EMBER_CHECK(s >= 0, op_name(op), ": negative size ", s, " in shape ", a.shape);
+  EMBER_CHECK(in_set(op_info(op).dtypes, a.dtype), op_name(op), ": dtype ", dtype_name(a.dtype),
+              " is not supported");
+  if (op == OpId::randint)
+    EMBER_CHECK(a.lo.to_int() < a.hi.to_int(), "randint: empty range [", a.lo.to_int(), ", ",
+                a.hi.to_int(), ")");
+  return m;
+}
+
+}  // namespace
+
+OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
+  const OpKind kind = op_info(op).kind;
+  for (size_t i = 0; i < in.size(); ++i)
+    EMBER_CHECK(in[i].defined(), op_name(op), ": input ", i, " is an undefined tensor");
+  switch (kind) {
+    case OpKind::Nullary: {
+      OutputMeta m;  // fill writes into a given tensor; meta only checks the value
+      return m;
+    }
+    case OpKind::Unary:
+    case OpKind::Binary:
+    case OpKind::Ternary: return pointwise_meta(op, in, a);
+    case OpKind::Reduce:
+      EMBER_CHECK(in.size() == 1, op_name(op), ": expected 1 input");
+      return reduce_meta(op, in[0], a);
+    case OpKind::Matmul: return matmul_meta(op, in);
+    case OpKind::Softmax: {
+      EMBER_CHECK(in.size() == 1, op_name(op), ": expected 1 input");
+      check_dtype(op, in[0].dtype(), 0);
+      EMBER_CHECK(a.dim >= 0 && a.dim < std::max(in[0].dim(), 1), op_name(op), ": dim ", a.dim,
+                  " out of range for shape ", in[0].sizes());
+      return {in[0].sizes(), in[0].dtype(), in[0].device()};
+    }
+    case OpKind::Loss: {
+      EMBER_CHECK(in.size() == 2, "cross_entropy: expected logits and target");
+      const Tensor &x = in[0], &t = in[1];
+      common_device(op, in, false);
+      check_dtype(op, x.dtype(), 0);
+      EMBER_CHECK(x.dim() == 2 && t.dim() == 1 && t.size(0) == x.size(0),
+                  "cross_entropy: expected logits [N, C] and target [N], got ", x.sizes(), " and ",
+                  t.sizes());
+      EMBER_CHECK(t.dtype() == kInt64, "cross_entropy: target must be int64 class indices, got ",
+                  dtype_name(t.dtype()));
+      EMBER_CHECK(x.size(1) > 0, "cross_entropy: logits have zero classes");
+      return {Shape{x.size(0)}, x.dtype(), x.device()};
+    }
+    case OpKind::Index: {
+      if (op == OpId::one_hot) {
+        EMBER_CHECK(in.size() == 1, "one_hot: expected 1 input");
+        EMBER_CHECK(in[0].dtype() == kInt64, "one_hot: input must be int64, got ",
+                    dtype_name(in[0].dtype()));
+        EMBER_CHECK(a.num_classes > 0, "one_hot: num_classes must be positive, got ",
+                    a.num_classes);
+        OutputMeta m{in[0].sizes(), kInt64, in[0].device()};
+        m.shape.push_back(a.num_classes);
+        return m;
+      }
+      EMBER_CHECK(in.size() == 2, op_name(op), ": expected input and index");
+      const Tensor &x = in[0], &idx = in[1];
+      common_device(op, in, false);
+      EMBER_CHECK(idx.dtype() == kInt64, op_name(op), ": index must be int64, got ",
+                  dtype_name(idx.dtype()));
+      EMBER_CHECK(a.dim >= 0 && a.dim < std::max(x.dim(), 1), op_name(op), ": dim ", a.dim,
+                  " out of range for shape ", x.sizes());
+      OutputMeta m{x.sizes(), x.dtype(), x.device()};
+      if (op == OpId::gather) {
+        EMBER_CHECK(idx.dim() == x.dim(), "gather: index ", idx.sizes(),
+                    " must have as many dims as the input ", x.sizes());
+        for (int d = 0; d < x.dim(); ++d)
+          EMBER_CHECK(d == a.dim || idx.size(d) <= x.size(d), "gather: index shape ", idx.sizes(),
+                      " exceeds input shape ", x.sizes(), " at dim ", d);
+        m.shape = idx.sizes();
+      } else {
+        EMBER_CHECK(idx.dim() <= 1, "index_select: index must be 1-D, got shape ", idx.sizes());
+        if (x.dim() > 0) m.shape[a.dim] = idx.numel();
+      }
+      return m;
+    }
+    case OpKind::Cat: {
+      EMBER_CHECK(!in.empty(), "cat: expected at least one tensor");
+      common_device(op, in, false);
+      const Tensor& f = in[0];
+      EMBER_CHECK(f.dim() > 0, "cat: zero-dim tensors cannot be concatenated");
+      EMBER_CHECK(a.dim >= 0 && a.dim < f.dim(), "cat: dim ", a.dim, " out of range for shape ",
+                  f.sizes());
+      OutputMeta m{f.sizes(), f.dtype(), f.device()};
+      int64_t total = 0;
+      for (size_t i = 0; i < in.size(); ++i) {
+        EMBER_CHECK(in[i].dtype() == f.dtype(), "cat: tensor ", i, " has dtype ",
+                    dtype_name(in[i].dtype()), ", expected ", dtype_name(f.dtype()));
+        EMBER_CHECK(in[i].dim() == f.dim(), "cat: tensor ", i, " has shape ", in[i].sizes(),
+                    ", expected ", f.dim(), " dims like ", f.sizes());
+        for (int d = 0; d < f.dim(); ++d)
+          EMBER_CHECK(d == a.dim || in[i].size(d) == f.size(d), "cat: tensor ", i, " has shape ",
+                      in[i].sizes(), ", which does not match ", f.sizes(), " outside dim ", a.dim);
+        total += in[i].size(a.dim);
+      }
+      m.shape[a.dim] = total;
+      return m;
+    }
+    case OpKind::View:
+      EMBER_CHECK(in.size() == 1, op_name(op), ": expected 1 input");
+      return view_meta(op, in[0], a);
+    case OpKind::Factory:
+    case OpKind::Random: return factory_meta(op, a);
+    case OpKind::Transfer:
+      EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");
+      return {in[0].sizes(), in[0].dtype(), a.device};
+  }
+  EMBER_FAIL(op_name(op), ": unknown op kind");
+}
+
+}  // namespace ember

@@ -1,0 +1,187 @@
+// CPU elementwise kernels: one loop template per arity over kernels::Iter, with the functors of
+// kernels/pointwise_functors.h. Contiguous runs get a plain indexed loop the compiler vectorises.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/iter.h"
+#include "kernels/pointwise_functors.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+template <class T>
+constexpr bool is_16bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+// The type a functor computes in: float for 16-bit storage, else the storage type.
+template <class T> using acc_t = std::conditional_t<is_16bit_float<T>, float, T>;
+
+// Converts a computed value to the storage type. Float to int saturates and maps NaN to 0,
+// which is what the GPU's conversion instructions do, so both devices agree.
+template <class Out, class V>
+Out convert(V v) {
+  if constexpr (std::is_floating_point_v<V> && std::is_integral_v<Out> && !std::is_same_v<Out, bool>) {
+    if (std::isnan(v)) return 0;
+    if (v <= static_cast<V>(std::numeric_limits<Out>::min())) return std::numeric_limits<Out>::min();
+    if (v >= static_cast<V>(std::numeric_limits<Out>::max())) return std::numeric_limits<Out>::max();
+    return static_cast<Out>(v);
+  } else if constexpr (is_16bit_float<Out>) {
+    return Out(static_cast<float>(v));
+  } else if constexpr (is_16bit_float<V>) {
+    return convert<Out>(static_cast<float>(v));
+  } else {
+    return static_cast<Out>(v);
+  }
+}
+
+template <class T> acc_t<T> load(const char* p) { return static_cast<acc_t<T>>(*reinterpret_cast<const T*>(p)); }
+
+template <class Out, class In, class F>
+void unary_loop(const Iter& it, const F& f) {
+  for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+      Out* o = reinterpret_cast<Out*>(p[0]);
+      const In* a = reinterpret_cast<const In*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<acc_t<In>>(a[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<Out*>(p[0] + i * s[0]) = convert<Out>(f(load<In>(p[1] + i * s[1])));
+    }
+  });
+}
+
+template <class Out, class In, class F>
+void binary_loop(const Iter& it, const F& f) {
+  for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {
+      Out* o = reinterpret_cast<Out*>(p[0]);
+      const In* a = reinterpret_cast<const In*>(p[1]);
+      const In* b = reinterpret_cast<const In*>(p[2]);
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = convert<Out>(f(static_cast<acc_t<In>>(a[i]), static_cast<acc_t<In>>(b[i])));
+    } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
+      Out* o = reinterpret_cast<Out*>(p[0]);
+      const In* a = reinterpret_cast<const In*>(p[1]);
+      const acc_t<In> b = load<In>(p[2]);
+      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<acc_t<In>>(a[i]), b));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+            convert<Out>(f(load<In>(p[1] + i * s[1]), load<In>(p[2] + i * s[2])));
+    }
+  });
+}
+
+template <class T, class F>
+void where_loop(const Iter& it, const F& f) {
+  for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<T*>(p[0] + i * s[0]) = convert<T>(f(*reinterpret_cast<const bool*>(p[1] + i * s[1]),
+                                                            load<T>(p[2] + i * s[2]),
+                                                            load<T>(p[3] + i * s[3])));
+  });
+}
+
+template <class F> F functor_for(const Attrs&) { return F{}; }
+template <> pw::gelu functor_for<pw::gelu>(const Attrs& a) { return pw::gelu{a.approximate_tanh}; }
+template <> pw::clamp functor_for<pw::clamp>(const Attrs& a) {
+  return pw::clamp{a.lo.to_double(), a.hi.to_double(), a.has_lo, a.has_hi};
+}
+
+// Calls f(TypeTag<T>) for the dtype `t` when it is in the compile-time set S.
+template <DTypeSet S, class F>
+void visit(DType t, const char* op, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (in_set(S, DTypeOf<T>::value)) {
+      f(tag);
+    } else {
+      EMBER_FAIL(op, ": dtype ", dtype_name(t), " is not supported on the CPU");
+    }
+  });
+}
+
+void run_cast(const KernelCall& c);
+
+template <DTypeSet S, OutRule R, class F>
+void run_unary(const KernelCall& c, const F& f) {
+  if constexpr (R == OutRule::Cast) return run_cast(c);
+  const Iter it = make_iter(c.out, c.inputs);
+  visit<S>(c.inputs[0].dtype(), op_name(c.op).data(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    unary_loop<T, T>(it, f);
+  });
+}
+
+template <DTypeSet S, OutRule R, class F>
+void run_binary(const KernelCall& c, const F& f) {
+  const Iter it = make_iter(c.out, c.inputs);
+  visit<S>(c.inputs[0].dtype(), op_name(c.op).data(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (R == OutRule::ToBool) binary_loop<bool, T>(it, f);
+    else binary_loop<T, T>(it, f);
+  });
+}
+
+template <DTypeSet S, OutRule R, class F>
+void run_ternary(const KernelCall& c, const F& f) {
+  const Iter it = make_iter(c.out, c.inputs);
+  visit<S>(c.inputs[1].dtype(), op_name(c.op).data(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    where_loop<T>(it, f);
+  });
+}
+
+void run_cast(const KernelCall& c) {
+  const Iter it = make_iter(c.out, c.inputs);
+  visit<kAllTypes>(c.inputs[0].dtype(), "cast", [&](auto in_tag) {
+    using In = typename decltype(in_tag)::type;
+    visit<kAllTypes>(c.out.dtype(), "cast", [&](auto out_tag) {
+      using Out = typename decltype(out_tag)::type;
+      unary_loop<Out, In>(it, pw::cast{});
+    });
+  });
+}
+
+void run_fill(const KernelCall& c) {
+  const Iter it = make_iter(c.out, {});
+  const Scalar v = c.attrs.value;
+  visit<kAllTypes>(c.out.dtype(), "fill", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T value = v.is_floating() ? convert<T>(v.to_double()) : convert<T>(v.to_int());
+    for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = value;
+    });
+  });
+}
+
+}  // namespace
+
+void pointwise(const KernelCall& c) {
+  switch (c.op) {
+#define EMBER_CASE_Unary(name, dtypes, rule) \
+  case OpId::name: return run_unary<dtypes, OutRule::rule>(c, functor_for<pw::name>(c.attrs));
+#define EMBER_CASE_Binary(name, dtypes, rule) \
+  case OpId::name: return run_binary<dtypes, OutRule::rule>(c, functor_for<pw::name>(c.attrs));
+#define EMBER_CASE_Ternary(name, dtypes, rule) \
+  case OpId::name: return run_ternary<dtypes, OutRule::rule>(c, functor_for<pw::name>(c.attrs));
+#define EMBER_CASE_Nullary(name, dtypes, rule) \
+  case OpId::name: return run_fill(c);
+#define EMBER_CASE_Reduce(name, dtypes, rule)
+#define EMBER_CASE_Matmul(name, dtypes, rule)
+#define EMBER_CASE_Softmax(name, dtypes, rule)
+#define EMBER_CASE_Loss(name, dtypes, rule)
+#define EMBER_CASE_Index(name, dtypes, rule)
+#define EMBER_CASE_Cat(name, dtypes, rule)
+#define EMBER_CASE_View(name, dtypes, rule)
+#define EMBER_CASE_Factory(name, dtypes, rule)
+#define EMBER_CASE_Random(name, dtypes, rule)
+#define EMBER_CASE_Transfer(name, dtypes, rule)
+#define EMBER_OP(name, kind, dtypes, rule) EMBER_CASE_##kind(name, dtypes, rule)
+#include "core/ops.def"
+#undef EMBER_OP
+    default: EMBER_FAIL(op_name(c.op), ": not an elementwise op");
+  }
+}
+
+}  // namespace ember::kernels::cpu

@@ -1,0 +1,69 @@
+// CPU random draws and arange. Both devices compute element i from the same closed-form
+// definitions (core/philox.h), so CPU and CUDA draws are identical.
+#include <cmath>
+#include <type_traits>
+
+#include "core/philox.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+// Largest value below 1 in T, so rounding a uniform draw never yields 1.
+template <class T>
+double below_one() {
+  if constexpr (std::is_same_v<T, float>) return 0.99999994039535522;      // 1 - 2^-24
+  else if constexpr (std::is_same_v<T, Half>) return 0.99951171875;         // 1 - 2^-11
+  else if constexpr (std::is_same_v<T, BFloat16>) return 0.99609375;        // 1 - 2^-8
+  else return 0.99999999999999989;                                          // 1 - 2^-53
+}
+
+template <class T>
+T to_storage(double v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return T(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+}  // namespace
+
+void random(const KernelCall& c) {
+  const Attrs& a = c.attrs;
+  const int64_t n = c.out.numel();
+  visit_dtype(c.out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(c.out.raw_data());
+    if constexpr (std::is_same_v<T, bool>) {
+      EMBER_FAIL(op_name(c.op), ": bool draws are not supported");
+    } else if (c.op == OpId::randint) {
+      const int64_t lo = a.lo.to_int(), hi = a.hi.to_int();
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = to_storage<T>(static_cast<double>(philox::integer(a.seed, a.offset, i, lo, hi)));
+    } else if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
+                         std::is_same_v<T, BFloat16>) {
+      if (c.op == OpId::rand) {
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = to_storage<T>(std::min(philox::uniform(a.seed, a.offset, i), below_one<T>()));
+      } else {
+        for (int64_t i = 0; i < n; ++i) out[i] = to_storage<T>(philox::normal(a.seed, a.offset, i));
+      }
+    } else {
+      EMBER_FAIL(op_name(c.op), ": dtype ", dtype_name(c.out.dtype()), " is not supported");
+    }
+  });
+}
+
+void arange(const KernelCall& c) {
+  const Attrs& a = c.attrs;
+  const int64_t n = c.out.numel();
+  visit_dtype(c.out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(c.out.raw_data());
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = to_storage<T>(a.range_start + static_cast<double>(i) * a.range_step);
+  });
+}
+
+}  // namespace ember::kernels::cpu
