@@ -174,9 +174,9 @@ void CachingAllocator::reset_peak() {
 }
 
 void CachingAllocator::throw_oom(size_t request, size_t rounded) const {
-  EMBER_FAIL(name_, ": out of memory: tried to allocate ", human_bytes(static_cast<int64_t>(request)),
-             " (", request, " bytes, block of ", rounded,
-             " bytes) after freeing the allocator's cache and retrying; allocated ",
+  EMBER_FAIL(name_, ": out of memory: tried to allocate ",
+             human_bytes(static_cast<int64_t>(request)), " (", request, " bytes, block of ",
+             rounded, " bytes) after freeing the allocator's cache and retrying; allocated ",
              human_bytes(stats_.allocated), ", reserved ", human_bytes(stats_.reserved),
              ", peak allocated ", human_bytes(stats_.peak_allocated), ", ", stats_.num_allocs,
              " allocations, ", stats_.num_device_mallocs, " device mallocs");

@@ -24,6 +24,7 @@ Tensor make_view(const Tensor& base, const OutputMeta& m) {
 // Copies between devices. The source is made contiguous on its own device first, so a single
 // flat copy moves it.
 Tensor transfer(const Tensor& x, Device to) {
+  if (x.device() == to) return x.clone();  // an explicit same-device move still yields a copy
   Tensor src = x.is_contiguous() ? x : x.contiguous();
   Tensor out = make_empty(src.sizes(), src.dtype(), to);
   const size_t n = static_cast<size_t>(src.nbytes());

@@ -363,13 +363,12 @@ Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_like(OpId::log
 Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
   check_defined(logits, OpId::cross_entropy);
   check_defined(target, OpId::cross_entropy);
-  EMBER_CHECK(is_integral(target.dtype()), "cross_entropy: target must hold class indices "
-              "(int64), got ", dtype_name(target.dtype()));
+  EMBER_CHECK(target.dtype() == kInt64, "cross_entropy: target must hold int64 class indices, got ",
+              dtype_name(target.dtype()));
   Attrs attrs;
   attrs.ignore_index = ignore_index;
   const Tensor x = as_type(logits, compute_type(OpId::cross_entropy, logits.dtype()));
-  return dispatch(OpId::cross_entropy, {x.contiguous(), as_type(target, kInt64).contiguous()},
-                  attrs);
+  return dispatch(OpId::cross_entropy, {x.contiguous(), target.contiguous()}, attrs);
 }
 
 // ---- indexing -----------------------------------------------------------------------------
@@ -422,6 +421,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   EMBER_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  EMBER_CHECK(tensors[0].defined() && tensors[0].dim() < kMaxDims, "stack: tensors of shape ",
+              tensors[0].defined() ? tensors[0].sizes() : Shape{}, " would need more than ",
+              kMaxDims, " dims");
   const int d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
   parts.reserve(tensors.size());

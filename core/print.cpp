@@ -57,7 +57,10 @@ Formatter make_formatter(DType dtype, const std::vector<double>& shown) {
     else if (amax / amin > 1000.0 || amax > 1e8 || amin < 1e-4) f.mode = Formatter::Mode::Sci;
     else f.mode = Formatter::Mode::Float;
   }
-  for (double v : shown) f.width = std::max<int>(f.width, static_cast<int>(f.raw(v).size()));
+  // Like PyTorch, only finite values set the width; nan and inf are printed unpadded.
+  for (double v : shown)
+    if (std::isfinite(v) || f.mode == Formatter::Mode::Bool || f.mode == Formatter::Mode::Int)
+      f.width = std::max<int>(f.width, static_cast<int>(f.raw(v).size()));
   return f;
 }
 
@@ -108,7 +111,8 @@ struct Printer {
     for (int64_t i : shown(d)) {
       if (!first) s += sep;
       first = false;
-      s += i < 0 ? "..." : render(d + 1, base + i * stride, indent + 1);
+      // The gap reads " ..." inside a row and "..." on a line of its own, as in PyTorch.
+      s += i < 0 ? (rest == 1 ? " ..." : "...") : render(d + 1, base + i * stride, indent + 1);
     }
     return s + "]";
   }
@@ -137,7 +141,9 @@ std::string Tensor::str() const {
     os << ")";
   }
   if (device().is_cuda()) os << ", device='" << device().str() << "'";
-  const bool default_dtype = dtype() == kFloat32 || dtype() == kInt64 || dtype() == kBool;
+  // An empty tensor shows any dtype but float32 (its values cannot tell int from float).
+  const bool default_dtype =
+      dtype() == kFloat32 || (numel() > 0 && (dtype() == kInt64 || dtype() == kBool));
   if (!default_dtype) os << ", dtype=ember." << dtype_name(dtype());
   os << ")";
   return os.str();

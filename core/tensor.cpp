@@ -255,9 +255,10 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   const int dd = wrap_dim(d, dim(), "narrow");
   const int64_t n = size(dd);
-  if (start < 0) start += n;
-  EMBER_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start,
-              " and length ", length, " are out of range for dim ", dd, " of size ", n);
+  const int64_t s = start < 0 ? start + n : start;
+  EMBER_CHECK(s >= 0 && length >= 0 && s + length <= n, "narrow: start ", start, " and length ",
+              length, " are out of range for dim ", dd, " of size ", n);
+  start = s;
   Attrs a;
   a.dim = dd;
   a.start = start;
@@ -300,6 +301,8 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  EMBER_CHECK(dim() < kMaxDims, "unsqueeze: tensor of shape ", sizes(), " already has ", dim(),
+              " dims, the most supported is ", kMaxDims);
   const int dd = wrap_dim(d, dim() + 1, "unsqueeze");
   Shape s = sizes();
   s.insert(dd, 1);
@@ -312,7 +315,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   EMBER_CHECK(defined() && src.defined(), "copy_: undefined tensor");
   EMBER_CHECK(broadcast_shapes(sizes(), src.sizes(), "copy_") == sizes(), "copy_: source of shape ",
               src.sizes(), " cannot be broadcast to destination shape ", sizes());
-  Tensor s = src;
+  Tensor s = src.sizes() == sizes() ? src : src.expand(sizes());
   if (s.device() != device() && !(s.device().is_cpu() && s.dim() == 0)) s = s.to(device());
   Attrs a;
   a.dtype = dtype();

@@ -45,7 +45,7 @@ void for_each_run(const Iter& it, F&& inner) {
   int64_t counter[kMaxDims] = {};
   const int64_t n0 = it.sizes[0];
   for (;;) {
-    char* p[kMaxOperands];
+    char* p[kMaxOperands] = {};  // zeroed: GCC 12 -O3 reports maybe-uninitialized
     for (int k = 0; k < it.nops; ++k) {
       int64_t off = 0;
       for (int d = 1; d < it.ndim; ++d) off += counter[d] * it.strides[k][d];

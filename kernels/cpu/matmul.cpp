@@ -1,0 +1,166 @@
+// CPU matrix products through Eigen: mm [M,K]x[K,N] and bmm [B,M,K]x[B,K,N].
+//
+// An operand whose columns are unit-stride maps as a row-major Eigen matrix and one whose rows
+// are unit-stride (a transposed view) as column-major, both without a copy; any other layout
+// (a slice with steps in both dims, an expand) is copied to a contiguous matrix first.
+// float16/bfloat16 compute in float and round the result once.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace ember::kernels::cpu {
+namespace {
+
+template <class T>
+constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T, int Order>
+using ConstMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
+                            Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// A strided matrix operand: element (i, j) lives at data[i * rs + j * cs].
+template <class T>
+struct Operand {
+  const T* data;
+  int64_t rows, cols, rs, cs;
+};
+
+enum class Layout { kRowMajor, kColMajor, kCopy };
+
+// Which Eigen map reads the operand in place. Eigen's GEMM wants unit inner stride and an outer
+// stride that does not make rows overlap; single rows/columns fit either way.
+template <class T>
+Layout layout_of(const Operand<T>& m) {
+  if (m.cs == 1 && (m.rows == 1 || m.rs >= std::max<int64_t>(m.cols, 1))) return Layout::kRowMajor;
+  if (m.rs == 1 && (m.cols == 1 || m.cs >= std::max<int64_t>(m.rows, 1))) return Layout::kColMajor;
+  if (m.rows == 1 && m.cs >= 1) return Layout::kColMajor;  // one row read with stride cs
+  if (m.cols == 1 && m.rs >= 1) return Layout::kRowMajor;  // one column read with stride rs
+  return Layout::kCopy;
+}
+
+template <class T>
+int64_t outer_stride(const Operand<T>& m, Layout l) {
+  if (l == Layout::kRowMajor) return m.rows == 1 ? std::max<int64_t>(m.cols, 1) : m.rs;
+  return m.cols == 1 ? std::max<int64_t>(m.rows, 1) : m.cs;
+}
+
+// Copies a strided operand into a contiguous row-major matrix of type U.
+template <class U, class T>
+RowMat<U> to_dense(const Operand<T>& m) {
+  RowMat<U> d(m.rows, m.cols);
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.cols; ++j)
+      d(i, j) = static_cast<U>(
+          static_cast<std::conditional_t<kIsHalf<T>, float, T>>(m.data[i * m.rs + j * m.cs]));
+  return d;
+}
+
+template <class T, int OA, int OB>
+void gemm_mapped(const Operand<T>& a, int64_t lda, const Operand<T>& b, int64_t ldb, T* c) {
+  ConstMap<T, OA> A(a.data, a.rows, a.cols, Eigen::OuterStride<>(lda));
+  ConstMap<T, OB> B(b.data, b.rows, b.cols, Eigen::OuterStride<>(ldb));
+  Eigen::Map<RowMat<T>> C(c, a.rows, b.cols);
+  C.noalias() = A * B;
+}
+
+// c[M,N] (contiguous) = a[M,K] * b[K,N] for a native Eigen scalar type T.
+template <class T>
+void gemm_native(Operand<T> a, Operand<T> b, T* c) {
+  RowMat<T> a_copy, b_copy;
+  Layout la = layout_of(a), lb = layout_of(b);
+  if (la == Layout::kCopy) {
+    a_copy = to_dense<T>(a);
+    a = {a_copy.data(), a.rows, a.cols, a.cols, 1};
+    la = Layout::kRowMajor;
+  }
+  if (lb == Layout::kCopy) {
+    b_copy = to_dense<T>(b);
+    b = {b_copy.data(), b.rows, b.cols, b.cols, 1};
+    lb = Layout::kRowMajor;
+  }
+  const int64_t lda = outer_stride(a, la), ldb = outer_stride(b, lb);
+  constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
+  if (la == Layout::kRowMajor) {
+    if (lb == Layout::kRowMajor) return gemm_mapped<T, R, R>(a, lda, b, ldb, c);
+    return gemm_mapped<T, R, Cm>(a, lda, b, ldb, c);
+  }
+  if (lb == Layout::kRowMajor) return gemm_mapped<T, Cm, R>(a, lda, b, ldb, c);
+  return gemm_mapped<T, Cm, Cm>(a, lda, b, ldb, c);
+}
+
+// 16-bit floats: widen both operands to float, multiply, round each result once.
+template <class T>
+void gemm_half(const Operand<T>& a, const Operand<T>& b, T* c) {
+  const RowMat<float> af = to_dense<float>(a), bf = to_dense<float>(b);
+  RowMat<float> cf(a.rows, b.cols);
+  cf.noalias() = af * bf;
+  const float* src = cf.data();
+  for (int64_t i = 0, n = a.rows * b.cols; i < n; ++i) c[i] = T(src[i]);
+}
+
+template <class T>
+void gemm(const Operand<T>& a, const Operand<T>& b, T* c) {
+  const int64_t m = a.rows, k = a.cols, n = b.cols;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: zeros (and Eigen asserts on empty reductions)
+    std::fill(c, c + m * n, T(0));
+    return;
+  }
+  if constexpr (kIsHalf<T>) {
+    gemm_half(a, b, c);
+  } else {
+    gemm_native(a, b, c);
+  }
+}
+
+template <class T>
+void matmul_typed(const KernelCall& call) {
+  const Tensor& a = call.inputs[0];
+  const Tensor& b = call.inputs[1];
+  const Tensor& out = call.out;
+  const std::string_view name = op_name(call.op);
+  const bool batched = call.op == OpId::bmm;
+  const int nd = batched ? 3 : 2;
+  EMBER_CHECK(a.dim() == nd && b.dim() == nd, name, ": expected ", nd, "-d operands, got ",
+              a.sizes(), " and ", b.sizes());
+  const int64_t batch = batched ? a.size(0) : 1;
+  const int64_t m = a.size(nd - 2), k = a.size(nd - 1), n = b.size(nd - 1);
+  EMBER_CHECK(b.size(nd - 2) == k && (!batched || b.size(0) == batch), name,
+              ": shapes do not multiply: ", a.sizes(), " x ", b.sizes());
+  EMBER_CHECK(b.dtype() == a.dtype() && out.dtype() == a.dtype(), name,
+              ": dtypes differ: ", dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " -> ",
+              dtype_name(out.dtype()));
+  EMBER_CHECK(out.is_contiguous() && out.numel() == batch * m * n, name,
+              ": output must be contiguous with ", batch * m * n, " elements, got ", out.sizes());
+  const int64_t sab = batched ? a.stride(0) : 0, sbb = batched ? b.stride(0) : 0;
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* pc = static_cast<T*>(out.raw_data());
+  for (int64_t i = 0; i < batch; ++i) {
+    const Operand<T> oa{pa + i * sab, m, k, a.stride(nd - 2), a.stride(nd - 1)};
+    const Operand<T> ob{pb + i * sbb, k, n, b.stride(nd - 2), b.stride(nd - 1)};
+    gemm(oa, ob, pc + i * m * n);
+  }
+}
+
+}  // namespace
+
+void matmul(const KernelCall& call) {
+  EMBER_CHECK(call.inputs.size() == 2, op_name(call.op), ": expected 2 inputs, got ",
+              call.inputs.size());
+  const DType dt = call.inputs[0].dtype();
+  EMBER_CHECK(in_set(op_info(call.op).dtypes, dt), op_name(call.op), ": unsupported dtype ",
+              dtype_name(dt));
+  visit_dtype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool>) matmul_typed<T>(call);
+  });
+}
+
+}  // namespace ember::kernels::cpu

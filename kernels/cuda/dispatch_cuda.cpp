@@ -1,0 +1,41 @@
+// Routes a KernelCall to the CUDA kernel of its op kind (kernels/cuda/cuda_kernels.h).
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/runtime.h"
+
+namespace ember::kernels {
+
+void run_cuda(const KernelCall& call) {
+  // Kernels launch on the output's device; its handles and stream are per device.
+  cuda::DeviceGuard guard(call.out.device().index);
+  switch (op_info(call.op).kind) {
+    case OpKind::Nullary:
+    case OpKind::Unary:
+    case OpKind::Binary:
+    case OpKind::Ternary:
+      return cuda::pointwise(call);
+    case OpKind::Reduce:
+      return cuda::reduce(call);
+    case OpKind::Matmul:
+      return cuda::matmul(call);
+    case OpKind::Softmax:
+      return cuda::softmax(call);
+    case OpKind::Loss:
+      return cuda::cross_entropy(call);
+    case OpKind::Index:
+      return cuda::index(call);
+    case OpKind::Cat:
+      return cuda::cat(call);
+    case OpKind::Factory:
+      return cuda::arange(call);
+    case OpKind::Random:
+      return cuda::random(call);
+    case OpKind::View:
+    case OpKind::Transfer:
+      break;
+  }
+  EMBER_FAIL(op_name(call.op), ": internal error: ops of this kind never reach a CUDA kernel");
+}
+
+}  // namespace ember::kernels

@@ -1,0 +1,96 @@
+// rand / randn / randint on CUDA: element i of the output is the closed-form draw of
+// core/philox.h for (attrs.seed, attrs.offset, i), converted exactly as the CPU kernel
+// (kernels/cpu/random.cpp) converts it, so both devices yield the same numbers.
+#include <cstdint>
+#include <type_traits>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "core/philox.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_util.h"
+#include "kernels/cuda/pointwise.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace ember::kernels::cuda {
+namespace {
+
+namespace ew = elementwise;
+constexpr int kThreads = 256;
+
+enum class Draw { Uniform, Normal, Integer };
+
+// The largest value below 1 in S: a uniform draw is clamped to it before rounding, so rounding
+// to a short type never yields 1.
+template <class S>
+constexpr double below_one() {
+  if constexpr (std::is_same_v<S, float>)
+    return 0.99999994039535522;  // 1 - 2^-24
+  else if constexpr (std::is_same_v<S, __half>)
+    return 0.99951171875;  // 1 - 2^-11
+  else if constexpr (std::is_same_v<S, __nv_bfloat16>)
+    return 0.99609375;  // 1 - 2^-8
+  else
+    return 0.99999999999999989;  // 1 - 2^-53
+}
+
+template <Draw D, class S>
+__global__ void __launch_bounds__(kThreads)
+    random_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const uint64_t k = static_cast<uint64_t>(i);
+    double v;
+    if constexpr (D == Draw::Uniform) {
+      const double u = philox::uniform(seed, offset, k);
+      v = below_one<S>() < u ? below_one<S>() : u;
+    } else if constexpr (D == Draw::Normal) {
+      v = philox::normal(seed, offset, k);
+    } else {
+      // Through double, as on the CPU.
+      v = static_cast<double>(philox::integer(seed, offset, k, lo, hi));
+    }
+    out[i] = ew::convert<S>(v);
+  }
+}
+
+template <Draw D, class S>
+void launch(const KernelCall& call, int64_t lo, int64_t hi) {
+  const Tensor& out = call.out;
+  const int dev = out.device().index;
+  const int64_t n = out.numel();
+  random_kernel<D, S><<<grid_stride_blocks(n, kThreads, dev), kThreads, 0, stream(dev)>>>(
+      static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset, lo, hi);
+  check_launch(op_name(call.op).data());
+}
+
+}  // namespace
+
+void random(const KernelCall& call) {
+  const Tensor& out = call.out;
+  const char* name = op_name(call.op).data();
+  EMBER_CHECK(out.is_contiguous(), name, ": internal error: output must be contiguous");
+  if (out.numel() == 0) return;
+  switch (call.op) {
+    case OpId::rand:
+      return visit_float_dtype(out.dtype(), name, [&](auto tag) {
+        launch<Draw::Uniform, typename decltype(tag)::type>(call, 0, 1);
+      });
+    case OpId::randn:
+      return visit_float_dtype(out.dtype(), name, [&](auto tag) {
+        launch<Draw::Normal, typename decltype(tag)::type>(call, 0, 1);
+      });
+    case OpId::randint: {
+      const int64_t lo = call.attrs.lo.to_int(), hi = call.attrs.hi.to_int();
+      EMBER_CHECK(lo < hi, "randint: low (", lo, ") must be below high (", hi, ")");
+      return visit_numeric_dtype(out.dtype(), name, [&](auto tag) {
+        launch<Draw::Integer, typename decltype(tag)::type>(call, lo, hi);
+      });
+    }
+    default:
+      break;
+  }
+  EMBER_FAIL(name, ": internal error: not a random op");
+}
+
+}  // namespace ember::kernels::cuda

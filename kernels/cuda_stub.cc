@@ -1,0 +1,35 @@
+// Stands in for kernels/cuda when Ember is built without CUDA: CUDA is reported unavailable and
+// every use of it is an ember::Error, so CPU-only builds link and fail politely.
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
+#include "core/dispatch.h"
+#include "core/error.h"
+
+namespace ember {
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  EMBER_FAIL(what, ": CUDA is not available: Ember was built without CUDA");
+}
+}  // namespace
+
+namespace cuda {
+bool is_available() { return false; }
+int device_count() { return 0; }
+void synchronize(int) { no_cuda("cuda::synchronize"); }
+void copy_host_to_device(void*, const void*, size_t, int) { no_cuda("cuda::copy_host_to_device"); }
+void copy_device_to_host(void*, const void*, size_t, int) { no_cuda("cuda::copy_device_to_host"); }
+void copy_device_to_device(void*, const void*, size_t, int) {
+  no_cuda("cuda::copy_device_to_device");
+}
+AllocatorStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
+void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
+void empty_cache() { no_cuda("cuda::empty_cache"); }
+}  // namespace cuda
+
+Allocator* cuda_allocator(int) { no_cuda("cuda_allocator"); }
+
+namespace kernels {
+void run_cuda(const KernelCall& call) { no_cuda(op_name(call.op).data()); }
+}  // namespace kernels
+
+}  // namespace ember

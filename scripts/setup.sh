@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages Ember builds with, if any are missing. Idempotent: when
+# everything is present it changes nothing and needs no network. Runs as root, or via sudo.
+# (The CUDA toolkit is not a Debian package here: CMake picks it up from /usr/local/cuda or PATH.)
+set -euo pipefail
+
+packages=(cmake ninja-build g++ libeigen3-dev catch2 nlohmann-json3-dev libcli11-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all packages present (${packages[*]})"
+  exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "setup: missing ${missing[*]}; run as root or install sudo" >&2
+  exit 1
+fi
+echo "setup: installing ${missing[*]}"
+"${as_root[@]}" apt-get update -q
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${missing[@]}"

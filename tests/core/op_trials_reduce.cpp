@@ -1,0 +1,316 @@
+// Op-table trials of reductions, matrix products, softmax and cross entropy.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/op_table_harness.h"
+#include "core/ops.h"
+
+namespace ember::test::optable {
+
+// Groups the elements of `x` by their position outside `dims`; each group in row-major order of
+// the reduced dims. Returns the output shape.
+namespace {
+
+Shape reduce_groups(const Vec& x, const Shape& shape, const std::vector<int>& dims, bool keepdim,
+                    std::vector<Vec>& groups) {
+  Shape out, kept;
+  for (int d = 0; d < shape.size(); ++d) {
+    const bool red = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!red) kept.push_back(shape[d]);
+    if (!red)
+      out.push_back(shape[d]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  groups.assign(static_cast<size_t>(numel_of(kept)), {});
+  for (size_t i = 0; i < x.size(); ++i) {
+    const std::vector<int64_t> idx = unravel(static_cast<int64_t>(i), shape);
+    std::vector<int64_t> k;
+    for (int d = 0; d < shape.size(); ++d)
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) k.push_back(idx[d]);
+    groups[static_cast<size_t>(ravel(k, kept))].push_back(x[i]);
+  }
+  return out;
+}
+
+struct ReduceCase {
+  ShapeLayout in;
+  Dims dims;
+  bool keepdim;
+};
+
+// value and error scale of one group
+using GroupRef = std::pair<double, double> (*)(const Vec&);
+
+std::pair<double, double> ref_sum(const Vec& g) {
+  double s = 0, m = 0;
+  for (double x : g) s += x, m += std::fabs(x);
+  return {s, m};
+}
+std::pair<double, double> ref_mean(const Vec& g) {
+  auto [s, m] = ref_sum(g);
+  return {s / g.size(), m / g.size()};
+}
+std::pair<double, double> ref_amax(const Vec& g) {
+  return {*std::max_element(g.begin(), g.end()), 0};
+}
+std::pair<double, double> ref_amin(const Vec& g) {
+  return {*std::min_element(g.begin(), g.end()), 0};
+}
+std::pair<double, double> ref_argmax(const Vec& g) {
+  return {static_cast<double>(std::max_element(g.begin(), g.end()) - g.begin()), 0};  // first max
+}
+std::pair<double, double> ref_logsumexp(const Vec& g) {
+  const double m = *std::max_element(g.begin(), g.end());
+  double s = 0;
+  for (double x : g) s += std::exp(x - m);
+  return {m + std::log(s), std::fabs(m) + 1};
+}
+
+}  // namespace
+
+void reduce_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  const std::vector<ReduceCase> cases = {
+      {{{}, L::Contiguous}, {}, false},           {{{1}, L::Contiguous}, {0}, false},
+      {{{7}, L::Contiguous}, {}, false},          {{{7}, L::Strided}, {0}, true},
+      {{{3, 5}, L::Transposed}, {1}, false},      {{{3, 5}, L::Contiguous}, {0}, true},
+      {{{3, 5}, L::Expanded}, {-2}, false},       {{{2, 3, 17}, L::Contiguous}, {0, 2}, false},
+      {{{2, 3, 17}, L::Strided}, {1}, true},      {{{2, 3, 17}, L::Transposed}, {}, false},
+      {{{2, 3, 17}, L::Expanded}, {-1, 0}, true}, {{{2, 3, 17}, L::Contiguous}, {2}, false},
+  };
+  const OpId op = c.op;
+  GroupRef ref = op == OpId::sum      ? ref_sum
+                 : op == OpId::mean   ? ref_mean
+                 : op == OpId::amax   ? ref_amax
+                 : op == OpId::amin   ? ref_amin
+                 : op == OpId::argmax ? ref_argmax
+                                      : ref_logsumexp;
+  const DType odt = out_dtype(op, compute_dtype(op, dt));
+  for (const ReduceCase& k : cases) {
+    if (op == OpId::argmax && k.dims.size() > 1) continue;  // argmax: one dim or all
+    if (op == OpId::logsumexp && k.in.shape.size() == 0) continue;
+    Trial t;
+    Vec x;
+    t.inputs.push_back(make_input(k.in.shape, k.in.layout, dt, c.domain, r, x));
+    std::ostringstream w;
+    w << op_name(op) << "(" << t.inputs[0].str() << ", dims " << k.dims << ", keepdim " << k.keepdim
+      << ")";
+    t.what = w.str();
+    const Dims dims = k.dims;
+    const bool kd = k.keepdim;
+    t.call = [op, dims, kd](const std::vector<Tensor>& in, Device) {
+      switch (op) {
+        case OpId::sum:
+          return sum(in[0], dims, kd);
+        case OpId::mean:
+          return mean(in[0], dims, kd);
+        case OpId::amax:
+          return amax(in[0], dims, kd);
+        case OpId::amin:
+          return amin(in[0], dims, kd);
+        case OpId::argmax:
+          return dims.empty() ? argmax(in[0]) : argmax(in[0], dims[0], kd);
+        default:
+          return logsumexp(in[0], dims, kd);
+      }
+    };
+    std::vector<int> rd;
+    const int nd = k.in.shape.size();
+    for (int64_t d : k.dims) rd.push_back(static_cast<int>(d < 0 ? d + nd : d));
+    if (rd.empty())
+      for (int d = 0; d < nd; ++d) rd.push_back(d);
+    std::vector<Vec> groups;
+    // argmax over all dims gives a 0-dim result whatever keepdim says (it takes no keepdim).
+    t.expect.shape =
+        reduce_groups(x, k.in.shape, rd, kd && !(op == OpId::argmax && dims.empty()), groups);
+    t.expect.dtype = odt;
+    for (const Vec& g : groups) {
+      const auto [v, s] = ref(g);
+      t.expect.v.push_back(v);
+      t.expect.scale.push_back(s);
+    }
+    out.push_back(std::move(t));
+  }
+}
+
+// ---- matrix products ----------------------------------------------------------------------
+
+void mm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  struct Case {
+    int64_t m, k, n;
+    L la, lb;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, 1, L::Contiguous, L::Contiguous}, {3, 7, 5, L::Contiguous, L::Contiguous},
+      {3, 7, 5, L::Transposed, L::Contiguous}, {2, 17, 3, L::Contiguous, L::Transposed},
+      {5, 4, 6, L::Strided, L::Strided},       {4, 9, 2, L::Expanded, L::Transposed},
+      {1, 33, 7, L::Transposed, L::Strided},
+  };
+  for (const Case& k : cases) {
+    Trial t;
+    Vec a, b;
+    t.inputs.push_back(make_input({k.m, k.k}, k.la, dt, c.domain, r, a));
+    t.inputs.push_back(make_input({k.k, k.n}, k.lb, dt, c.domain, r, b));
+    t.what = "mm(" + t.inputs[0].str() + ", " + t.inputs[1].str() + ")";
+    t.call = [](const std::vector<Tensor>& in, Device) { return mm(in[0], in[1]); };
+    t.expect.shape = {k.m, k.n};
+    t.expect.dtype = dt;
+    for (int64_t i = 0; i < k.m; ++i)
+      for (int64_t j = 0; j < k.n; ++j) {
+        double s = 0, m = 0;
+        for (int64_t p = 0; p < k.k; ++p) {
+          const double term = a[i * k.k + p] * b[p * k.n + j];
+          s += term;
+          m += std::fabs(term);
+        }
+        t.expect.v.push_back(s);
+        t.expect.scale.push_back(m);
+      }
+    out.push_back(std::move(t));
+  }
+}
+
+void bmm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  struct Case {
+    int64_t bs, m, k, n;
+    L la, lb;
+  };
+  // Expanded with ndim 3 stretches the batch dim: a batch stride of 0.
+  const std::vector<Case> cases = {
+      {1, 1, 1, 1, L::Contiguous, L::Contiguous}, {2, 3, 4, 5, L::Contiguous, L::Contiguous},
+      {2, 3, 4, 5, L::Transposed, L::Expanded},   {3, 2, 7, 1, L::Strided, L::Transposed},
+      {3, 5, 3, 2, L::Expanded, L::Strided},
+  };
+  for (const Case& k : cases) {
+    Trial t;
+    Vec a, b;
+    t.inputs.push_back(make_input({k.bs, k.m, k.k}, k.la, dt, c.domain, r, a));
+    t.inputs.push_back(make_input({k.bs, k.k, k.n}, k.lb, dt, c.domain, r, b));
+    t.what = "bmm(" + t.inputs[0].str() + ", " + t.inputs[1].str() + ")";
+    t.call = [](const std::vector<Tensor>& in, Device) { return bmm(in[0], in[1]); };
+    t.expect.shape = {k.bs, k.m, k.n};
+    t.expect.dtype = dt;
+    for (int64_t q = 0; q < k.bs; ++q)
+      for (int64_t i = 0; i < k.m; ++i)
+        for (int64_t j = 0; j < k.n; ++j) {
+          double s = 0, m = 0;
+          for (int64_t p = 0; p < k.k; ++p) {
+            const double term = a[(q * k.m + i) * k.k + p] * b[(q * k.k + p) * k.n + j];
+            s += term;
+            m += std::fabs(term);
+          }
+          t.expect.v.push_back(s);
+          t.expect.scale.push_back(m);
+        }
+    out.push_back(std::move(t));
+  }
+}
+
+// ---- softmax and losses -------------------------------------------------------------------
+
+void softmax_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  struct Case {
+    ShapeLayout in;
+    int64_t dim;
+  };
+  const std::vector<Case> cases = {
+      {{{1}, L::Contiguous}, 0},      {{{7}, L::Contiguous}, 0},
+      {{{3, 5}, L::Contiguous}, 1},   {{{3, 5}, L::Transposed}, 0},
+      {{{2, 3, 17}, L::Strided}, -1}, {{{2, 3, 17}, L::Contiguous}, 1},
+      {{{2, 3, 17}, L::Expanded}, 0}, {{{4, 33}, L::Contiguous}, -1},
+  };
+  const bool log_form = c.op == OpId::log_softmax;
+  for (const Case& k : cases) {
+    Trial t;
+    Vec x;
+    t.inputs.push_back(make_input(k.in.shape, k.in.layout, dt, c.domain, r, x));
+    t.what = std::string(op_name(c.op)) + "(" + t.inputs[0].str() + ", dim " +
+             std::to_string(k.dim) + ")";
+    const int64_t dim = k.dim;
+    t.call = [log_form, dim](const std::vector<Tensor>& in, Device) {
+      return log_form ? log_softmax(in[0], dim) : softmax(in[0], dim);
+    };
+    const Shape& s = k.in.shape;
+    const int d = static_cast<int>(dim < 0 ? dim + s.size() : dim);
+    t.expect.shape = s;
+    t.expect.dtype = dt;
+    t.expect.v.resize(x.size());
+    t.expect.scale.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::vector<int64_t> idx = unravel(static_cast<int64_t>(i), s);
+      double m = -INFINITY, sum = 0, mag = 0;
+      for (int64_t j = 0; j < s[d]; ++j) {
+        idx[d] = j;
+        m = std::max(m, x[static_cast<size_t>(ravel(idx, s))]);
+      }
+      for (int64_t j = 0; j < s[d]; ++j) {
+        idx[d] = j;
+        const double v = x[static_cast<size_t>(ravel(idx, s))];
+        sum += std::exp(v - m);
+        mag = std::max(mag, std::fabs(v));
+      }
+      const double lse = m + std::log(sum);
+      t.expect.v[i] = log_form ? x[i] - lse : std::exp(x[i] - lse);
+      t.expect.scale[i] = log_form ? mag + std::fabs(lse) : 0;
+    }
+    out.push_back(std::move(t));
+  }
+}
+
+void cross_entropy_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  struct Case {
+    int64_t n, cls;
+    L layout;
+    int64_t ignore_index;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, L::Contiguous, -100}, {5, 7, L::Contiguous, -100}, {4, 3, L::Transposed, -100},
+      {6, 10, L::Strided, -100},   {9, 4, L::Contiguous, 2},    {3, 65, L::Expanded, -100},
+  };
+  for (const Case& k : cases) {
+    Trial t;
+    Vec x;
+    t.inputs.push_back(make_input({k.n, k.cls}, k.layout, dt, c.domain, r, x));
+    // Some samples carry the ignore_index (-100 by default; with a custom one, class 2 is
+    // drawn often enough to hit it).
+    Vec target(static_cast<size_t>(k.n));
+    for (auto& v : target) {
+      v = static_cast<double>(integer(r, 0, k.cls - 1));
+      if (k.ignore_index == -100 && integer(r, 0, 4) == 0) v = -100;
+    }
+    Input ti;
+    ti.base = target;
+    ti.base_shape = ti.shape = {k.n};
+    ti.dtype = kInt64;
+    t.inputs.push_back(ti);
+    t.what = "cross_entropy(" + t.inputs[0].str() + ", target " + test::join(target) +
+             ", ignore_index " + std::to_string(k.ignore_index) + ")";
+    const int64_t ii = k.ignore_index;
+    t.call = [ii](const std::vector<Tensor>& in, Device) {
+      return cross_entropy_per_sample(in[0], in[1], ii);
+    };
+    t.expect.shape = {k.n};
+    t.expect.dtype = dt;
+    for (int64_t i = 0; i < k.n; ++i) {
+      const double* row = &x[static_cast<size_t>(i * k.cls)];
+      const int64_t tg = static_cast<int64_t>(target[static_cast<size_t>(i)]);
+      double m = -INFINITY, s = 0;
+      for (int64_t j = 0; j < k.cls; ++j) m = std::max(m, row[j]);
+      for (int64_t j = 0; j < k.cls; ++j) s += std::exp(row[j] - m);
+      t.expect.v.push_back(tg == ii ? 0.0 : m + std::log(s) - row[tg]);
+      t.expect.scale.push_back(2 * std::fabs(m) + 1);
+    }
+    out.push_back(std::move(t));
+  }
+}
+
+}  // namespace ember::test::optable
