@@ -207,6 +207,14 @@ void sweep(bool cuda_vs_cpu) {
             CHECK_THAT(d, Catch::Matchers::Equals(""));
             continue;
           }
+          if ((op == OpId::mm || op == OpId::bmm) && is_integral(dt)) {
+            // cuBLAS has no integer GEMM: the CUDA backend rejects it (as PyTorch does).
+            std::vector<Tensor> in;
+            for (const Input& inp : t.inputs) in.push_back(inp.make(Device::cuda(0)));
+            CHECK_THROWS_WITH(t.call(in, Device::cuda(0)),
+                              Catch::Matchers::Contains("float types only"));
+            continue;
+          }
           const std::optional<Tensor> gpu = run(t, Device::cuda(0));
           if (!cpu || !gpu) continue;
           // Against the CPU's result, with the reference's error scale.

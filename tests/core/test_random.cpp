@@ -99,7 +99,7 @@ TEST_CASE("rand's first draws are the known Philox words", "[random]") {
   CHECK(g.offset() == 2);  // ceil(3 / 2) counters
 }
 
-TEST_CASE("rand is uniform on [0, 1) in every float dtype", "[random]") {
+TEST_CASE("rand is uniform on 0 to 1 (excluding 1) in every float dtype", "[random]") {
   for (const DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     INFO("dtype " << dtype_name(dt));
     Generator g(1234 + static_cast<int>(dt));
@@ -157,7 +157,7 @@ TEST_CASE("randn is standard normal", "[random]") {
   }
 }
 
-TEST_CASE("randint covers [low, high) uniformly", "[random]") {
+TEST_CASE("randint covers low to high-1 uniformly", "[random]") {
   for (const DType dt : {kInt64, kInt32, kFloat32}) {
     INFO("dtype " << dtype_name(dt));
     Generator g(5 + static_cast<int>(dt));
