@@ -8,6 +8,7 @@ namespace ember {
 namespace {
 
 OpObserver g_autograd_observer = nullptr;
+InplaceCheck g_inplace_check = nullptr;
 thread_local OpObserver t_trace_observer = nullptr;
 
 Tensor make_view(const Tensor& base, const OutputMeta& m) {
@@ -55,6 +56,8 @@ void run_kernel(const KernelCall& call) {
 
 void set_autograd_observer(OpObserver fn) { g_autograd_observer = fn; }
 void set_trace_observer(OpObserver fn) { t_trace_observer = fn; }
+OpObserver trace_observer() { return t_trace_observer; }
+void set_autograd_inplace_check(InplaceCheck fn) { g_inplace_check = fn; }
 
 Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor* out) {
   const OpKind kind = op_info(op).kind;
@@ -62,11 +65,22 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
   if (kind == OpKind::Nullary) {
     EMBER_CHECK(out && out->defined(), op_name(op), ": needs an output tensor to write into");
     result = *out;
+    if (g_inplace_check) g_inplace_check(op, inputs, result);
     ++result.impl()->storage->version;
     if (result.numel() > 0) run_kernel({op, inputs, attrs, result});
   } else {
     const OutputMeta m = infer_meta(op, inputs, attrs);
-    if (kind == OpKind::View) {
+    if (kind == OpKind::MultiTensor) {
+      // Updates its inputs in place (parameters, momentum buffers); no output.
+      EMBER_CHECK(!out, op_name(op), ": writes its inputs in place; it takes no output");
+      const int64_t n = attrs.num_tensors;
+      for (int64_t i = 0; i < n; ++i) ++inputs[2 + i].impl()->storage->version;
+      if (attrs.momentum_buffers)
+        for (int64_t i = 0; i < n; ++i) ++inputs[2 + 2 * n + i].impl()->storage->version;
+      const KernelCall call{op, inputs, attrs, result};
+      if (m.device.is_cpu()) kernels::run_cpu(call);
+      else kernels::run_cuda(call);
+    } else if (kind == OpKind::View) {
       EMBER_CHECK(!out, op_name(op), ": a view op cannot write into an output");
       result = make_view(inputs[0], m);
     } else if (kind == OpKind::Transfer) {
@@ -83,6 +97,7 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
         EMBER_CHECK(out->device() == m.device, op_name(op), ": result on ", m.device.str(),
                     " cannot be written into a tensor on ", out->device().str());
         result = *out;
+        if (g_inplace_check) g_inplace_check(op, inputs, result);
         ++result.impl()->storage->version;
       } else {
         result = make_empty(m.shape, m.dtype, m.device);

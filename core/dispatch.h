@@ -37,6 +37,11 @@ using OpObserver = void (*)(OpId op, std::span<const Tensor> inputs, const Attrs
                             const Tensor& out, bool inplace);
 void set_autograd_observer(OpObserver fn);  // process-wide
 void set_trace_observer(OpObserver fn);     // this thread only
+OpObserver trace_observer();                // this thread's, or null
+// Called before an in-place kernel writes `out`, so autograd can refuse a write that would make
+// gradients wrong before any data changes.
+using InplaceCheck = void (*)(OpId op, std::span<const Tensor> inputs, const Tensor& out);
+void set_autograd_inplace_check(InplaceCheck fn);
 
 // The kernels each device provides (kernels/cpu, kernels/cuda). What dispatch guarantees a
 // kernel, by kind (after meta succeeded; `out` is allocated, on the op's device):
@@ -55,6 +60,11 @@ void set_trace_observer(OpObserver fn);     // this thread only
 //  Loss (cross_entropy): logits [N,C] float contiguous, target [N] int64 contiguous; `out` [N].
 //    target == attrs.ignore_index gives 0; a target outside [0,C) otherwise is an error (CPU:
 //    throw; CUDA: raise the device error flag, reported at the next synchronize / host copy).
+//    With label smoothing e: loss = lse - (1-e) x[t] - e/C sum_c x[c].
+//    cross_entropy_backward (grad [N], logits, target) -> [N,C]: grad[n] * (softmax - (1-e)
+//    onehot(t) - e/C), rows of ignored targets 0; same checks.
+//  scatter_add (src, index) -> zeros(attrs.shape), out[..index..] += src along attrs.dim
+//    (like torch.scatter_add on zeros); contiguous src/index of one shape; range errors as above.
 //  Index: contiguous inputs, index int64; gather: index has input's ndim; index_select: 1-D
 //    index; one_hot: int64 input, attrs.num_classes > 0. Out-of-range indices as for Loss.
 //  Cat: inputs same dtype and shape but along attrs.dim (non-negative), any strides; `out`
@@ -63,6 +73,8 @@ void set_trace_observer(OpObserver fn);     // this thread only
 //  Random: `out` contiguous; element i from core/philox.h with (attrs.seed, attrs.offset):
 //    rand -> uniform (rounded below 1 in the dtype), randn -> normal, randint -> integer in
 //    [attrs.lo, attrs.hi).
+//  MultiTensor (sgd_update): `out` is undefined; the kernel updates its inputs in place (layout
+//    in core/op.h's Attrs and optim/sgd.h); route by the inputs' device.
 //  View and Transfer ops never reach a kernel.
 struct KernelCall {
   OpId op;

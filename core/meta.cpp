@@ -268,7 +268,19 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       return {in[0].sizes(), in[0].dtype(), in[0].device()};
     }
     case OpKind::Loss: {
+      if (op == OpId::cross_entropy_backward) {
+        EMBER_CHECK(in.size() == 3, "cross_entropy_backward: expected grad, logits and target");
+        const OutputMeta fwd = infer_meta(OpId::cross_entropy, in.subspan(1), a);
+        EMBER_CHECK(in[0].dtype() == in[1].dtype() && in[0].sizes() == fwd.shape &&
+                        in[0].device() == in[1].device(),
+                    "cross_entropy_backward: grad must be ", dtype_name(in[1].dtype()), " ",
+                    fwd.shape, " on ", in[1].device().str(), ", got ", dtype_name(in[0].dtype()),
+                    " ", in[0].sizes(), " on ", in[0].device().str());
+        return {in[1].sizes(), in[1].dtype(), in[1].device()};
+      }
       EMBER_CHECK(in.size() == 2, "cross_entropy: expected logits and target");
+      EMBER_CHECK(a.label_smoothing >= 0 && a.label_smoothing <= 1,
+                  "cross_entropy: label_smoothing must be in [0, 1], got ", a.label_smoothing);
       const Tensor &x = in[0], &t = in[1];
       common_device(op, in, false);
       check_dtype(op, x.dtype(), 0);
@@ -294,6 +306,20 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       EMBER_CHECK(in.size() == 2, op_name(op), ": expected input and index");
       const Tensor &x = in[0], &idx = in[1];
       common_device(op, in, false);
+      if (op == OpId::scatter_add) {
+        check_dtype(op, x.dtype(), 0);
+        EMBER_CHECK(idx.dtype() == kInt64, "scatter_add: index must be int64, got ",
+                    dtype_name(idx.dtype()));
+        EMBER_CHECK(idx.sizes() == x.sizes(), "scatter_add: index ", idx.sizes(),
+                    " and source ", x.sizes(), " must have one shape");
+        EMBER_CHECK(a.shape.size() == x.dim() && a.dim >= 0 && a.dim < std::max(x.dim(), 1),
+                    "scatter_add: target shape ", a.shape, " and dim ", a.dim,
+                    " do not fit a source of shape ", x.sizes());
+        for (int d = 0; d < x.dim(); ++d)
+          EMBER_CHECK(d == a.dim || x.size(d) <= a.shape[d], "scatter_add: source shape ",
+                      x.sizes(), " exceeds target shape ", a.shape, " at dim ", d);
+        return {a.shape, x.dtype(), x.device()};
+      }
       EMBER_CHECK(idx.dtype() == kInt64, op_name(op), ": index must be int64, got ",
                   dtype_name(idx.dtype()));
       EMBER_CHECK(a.dim >= 0 && a.dim < std::max(x.dim(), 1), op_name(op), ": dim ", a.dim,
@@ -339,6 +365,36 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       return view_meta(op, in[0], a);
     case OpKind::Factory:
     case OpKind::Random: return factory_meta(op, a);
+    case OpKind::MultiTensor: {
+      // sgd_update: [hyper, step, params..., grads..., (buffers...)], updated in place.
+      const int64_t n = a.num_tensors;
+      const size_t want = 2 + static_cast<size_t>(n) * (a.momentum_buffers ? 3 : 2);
+      EMBER_CHECK(n > 0 && in.size() == want, "sgd_update: expected ", want, " tensors for ", n,
+                  " parameters, got ", in.size());
+      const Device dev = in[2].device();
+      EMBER_CHECK(in[0].dtype() == kFloat32 && in[0].numel() == 4 && in[0].device() == dev &&
+                      in[0].is_contiguous(),
+                  "sgd_update: hyperparameters must be a contiguous float32 [4] tensor on ",
+                  dev.str());
+      EMBER_CHECK(in[1].numel() == 1 && in[1].dtype() == kFloat32 && in[1].device() == dev,
+                  "sgd_update: step must be a float32 scalar on ", dev.str());
+      const int groups = a.momentum_buffers ? 3 : 2;
+      for (int64_t i = 0; i < n; ++i) {
+        const Tensor& p = in[2 + i];
+        check_dtype(op, p.dtype(), static_cast<int>(2 + i));
+        EMBER_CHECK(p.is_contiguous(), "sgd_update: parameter ", i, " must be contiguous");
+        for (int g = 1; g < groups; ++g) {
+          const Tensor& t = in[2 + g * n + i];
+          EMBER_CHECK(t.sizes() == p.sizes() && t.dtype() == p.dtype() && t.device() == dev &&
+                          t.is_contiguous(),
+                      "sgd_update: ", g == 1 ? "gradient" : "momentum buffer", " of parameter ", i,
+                      " is ", dtype_name(t.dtype()), " ", t.sizes(), " on ", t.device().str(),
+                      ", expected a contiguous ", dtype_name(p.dtype()), " ", p.sizes(), " on ",
+                      dev.str());
+        }
+      }
+      return {Shape{}, kFloat32, dev};
+    }
     case OpKind::Transfer:
       EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");
       return {in[0].sizes(), in[0].dtype(), a.device};

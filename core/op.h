@@ -12,7 +12,7 @@ namespace ember {
 
 enum class OpKind : uint8_t {
   Nullary, Unary, Binary, Ternary, Reduce, Matmul, Softmax, Loss, Index, Cat, View, Factory,
-  Random, Transfer
+  Random, Transfer, MultiTensor
 };
 enum class OutRule : uint8_t { Same, IntToFloat, ToBool, ToInt64, Index, Cast };
 
@@ -28,7 +28,7 @@ inline constexpr int kNumOps = 0
 #undef EMBER_OP
     ;
 // Adding or removing an op means touching its kernels and tests too: update this on purpose.
-static_assert(kNumOps == 51, "op table changed: update kernels, backward formulas and tests");
+static_assert(kNumOps == 55, "op table changed: update kernels, backward formulas and tests");
 
 struct OpInfo {
   std::string_view name;
@@ -64,9 +64,13 @@ struct Attrs {
   double range_start = 0, range_end = 0, range_step = 1;  // arange
   DType dtype = kFloat32;   // cast, factories, random
   Device device;            // factories, random, to_device
-  int64_t ignore_index = -100;  // cross_entropy
+  int64_t ignore_index = -100;  // cross_entropy(_backward)
+  double label_smoothing = 0;   // cross_entropy(_backward)
   int64_t num_classes = -1;     // one_hot
   uint64_t seed = 0, offset = 0;  // random: the Philox key and first counter
+  // sgd_update: inputs are [hyper, step, params..., grads..., (momentum buffers...)]
+  int64_t num_tensors = 0;        // number of parameters
+  bool nesterov = false, maximize = false, momentum_buffers = false;
 };
 
 }  // namespace ember

@@ -17,6 +17,9 @@
 namespace ember {
 
 struct AutogradMeta;  // defined by autograd/; core only carries the pointer
+namespace autograd {
+struct Node;
+}
 
 struct TensorImpl {
   StoragePtr storage;
@@ -118,6 +121,21 @@ class Tensor {
   Tensor matmul(const Tensor& other) const;
 
   std::string str() const;  // printed like PyTorch
+
+  // Autograd (implemented in autograd/variable.cpp).
+  bool requires_grad() const;
+  // Marks a leaf as needing gradients (floating dtypes only).
+  Tensor& requires_grad_(bool on = true);
+  bool is_leaf() const;  // no grad_fn: created by the user, not by a recorded op
+  Tensor grad() const;   // the accumulated gradient, undefined until backward reaches it
+  void set_grad(const Tensor& g);  // an undefined tensor clears it
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  // Backpropagates from this tensor. A scalar needs no `gradient`; otherwise it is the
+  // gradient of some scalar with respect to this tensor (same shape).
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  // A tensor sharing this one's storage, cut from the graph (requires_grad false).
+  Tensor detach() const;
+  uint32_t version() const { return impl()->storage->version; }
 
  private:
   std::shared_ptr<TensorImpl> impl_;

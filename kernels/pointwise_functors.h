@@ -89,6 +89,21 @@ struct le { template <class T> EMBER_HD bool operator()(T a, T b) const { return
 struct gt { template <class T> EMBER_HD bool operator()(T a, T b) const { return a > b; } };
 struct ge { template <class T> EMBER_HD bool operator()(T a, T b) const { return a >= b; } };
 
+// d gelu(x) / dx times the incoming gradient g.
+struct gelu_backward {
+  bool approximate_tanh = false;
+  template <class T> EMBER_HD T operator()(T g, T x) const {
+    if (approximate_tanh) {
+      const T k = T(0.7978845608028654), c = T(0.044715);
+      const T t = EMBER_MATH(tanh)(k * (x + c * x * x * x));
+      return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+    }
+    const T cdf = T(0.5) * (T(1) + EMBER_MATH(erf)(x * T(0.7071067811865476)));
+    const T pdf = EMBER_MATH(exp)(T(-0.5) * x * x) * T(0.3989422804014327);  // 1 / sqrt(2 pi)
+    return g * (cdf + x * pdf);
+  }
+};
+
 // Ternary
 struct where {
   template <class T> EMBER_HD T operator()(bool c, T a, T b) const { return c ? a : b; }

@@ -16,6 +16,7 @@ void run_cpu(const KernelCall& c) {
     case OpKind::Cat: return cpu::cat(c);
     case OpKind::Factory: return cpu::arange(c);
     case OpKind::Random: return cpu::random(c);
+    case OpKind::MultiTensor: return cpu::multi_tensor(c);
     case OpKind::View:
     case OpKind::Transfer: break;
   }

@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/iter.h"
-#include "kernels/pointwise_functors.h"
+#include "kernels/pointwise_ops.h"
 
 namespace ember::kernels::cpu {
 namespace {
@@ -82,12 +82,6 @@ void where_loop(const Iter& it, const F& f) {
   });
 }
 
-template <class F> F functor_for(const Attrs&) { return F{}; }
-template <> pw::gelu functor_for<pw::gelu>(const Attrs& a) { return pw::gelu{a.approximate_tanh}; }
-template <> pw::clamp functor_for<pw::clamp>(const Attrs& a) {
-  return pw::clamp{a.lo.to_double(), a.hi.to_double(), a.has_lo, a.has_hi};
-}
-
 // Calls f(TypeTag<T>) for the dtype `t` when it is in the compile-time set S.
 template <DTypeSet S, class F>
 void visit(DType t, const char* op, F&& f) {
@@ -101,11 +95,8 @@ void visit(DType t, const char* op, F&& f) {
   });
 }
 
-void run_cast(const KernelCall& c);
-
 template <DTypeSet S, OutRule R, class F>
 void run_unary(const KernelCall& c, const F& f) {
-  if constexpr (R == OutRule::Cast) return run_cast(c);
   const Iter it = make_iter(c.out, c.inputs);
   visit<S>(c.inputs[0].dtype(), op_name(c.op).data(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -158,30 +149,22 @@ void run_fill(const KernelCall& c) {
 }  // namespace
 
 void pointwise(const KernelCall& c) {
-  switch (c.op) {
-#define EMBER_CASE_Unary(name, dtypes, rule) \
-  case OpId::name: return run_unary<dtypes, OutRule::rule>(c, functor_for<pw::name>(c.attrs));
-#define EMBER_CASE_Binary(name, dtypes, rule) \
-  case OpId::name: return run_binary<dtypes, OutRule::rule>(c, functor_for<pw::name>(c.attrs));
-#define EMBER_CASE_Ternary(name, dtypes, rule) \
-  case OpId::name: return run_ternary<dtypes, OutRule::rule>(c, functor_for<pw::name>(c.attrs));
-#define EMBER_CASE_Nullary(name, dtypes, rule) \
-  case OpId::name: return run_fill(c);
-#define EMBER_CASE_Reduce(name, dtypes, rule)
-#define EMBER_CASE_Matmul(name, dtypes, rule)
-#define EMBER_CASE_Softmax(name, dtypes, rule)
-#define EMBER_CASE_Loss(name, dtypes, rule)
-#define EMBER_CASE_Index(name, dtypes, rule)
-#define EMBER_CASE_Cat(name, dtypes, rule)
-#define EMBER_CASE_View(name, dtypes, rule)
-#define EMBER_CASE_Factory(name, dtypes, rule)
-#define EMBER_CASE_Random(name, dtypes, rule)
-#define EMBER_CASE_Transfer(name, dtypes, rule)
-#define EMBER_OP(name, kind, dtypes, rule) EMBER_CASE_##kind(name, dtypes, rule)
-#include "core/ops.def"
-#undef EMBER_OP
-    default: EMBER_FAIL(op_name(c.op), ": not an elementwise op");
-  }
+  if (c.op == OpId::fill) return run_fill(c);
+  if (c.op == OpId::cast) return run_cast(c);
+  const bool handled = visit_elementwise(c.op, c.attrs, [&](auto op_c, const auto& f) {
+    constexpr OpId op = decltype(op_c)::value;
+    constexpr OpInfo info = op_info(op);
+    if constexpr (op == OpId::cast) {
+      // handled above
+    } else if constexpr (info.kind == OpKind::Unary) {
+      run_unary<info.dtypes, info.rule>(c, f);
+    } else if constexpr (info.kind == OpKind::Binary) {
+      run_binary<info.dtypes, info.rule>(c, f);
+    } else {
+      run_ternary<info.dtypes, info.rule>(c, f);
+    }
+  });
+  EMBER_CHECK(handled, op_name(c.op), ": not an elementwise op");
 }
 
 }  // namespace ember::kernels::cpu

@@ -14,4 +14,5 @@ void index(const KernelCall& call);
 void cat(const KernelCall& call);
 void arange(const KernelCall& call);
 void random(const KernelCall& call);
+void multi_tensor(const KernelCall& call);  // sgd_update (optim/)
 }  // namespace ember::kernels::cuda

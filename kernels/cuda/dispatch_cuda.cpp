@@ -7,8 +7,10 @@
 namespace ember::kernels {
 
 void run_cuda(const KernelCall& call) {
-  // Kernels launch on the output's device; its handles and stream are per device.
-  cuda::DeviceGuard guard(call.out.device().index);
+  // Kernels launch on the output's device (multi-tensor updates: their inputs'); handles and
+  // streams are per device.
+  const Device dev = call.out.defined() ? call.out.device() : call.inputs[0].device();
+  cuda::DeviceGuard guard(dev.index);
   switch (op_info(call.op).kind) {
     case OpKind::Nullary:
     case OpKind::Unary:
@@ -31,6 +33,8 @@ void run_cuda(const KernelCall& call) {
       return cuda::arange(call);
     case OpKind::Random:
       return cuda::random(call);
+    case OpKind::MultiTensor:
+      return cuda::multi_tensor(call);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/pointwise.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/iter.h"
+#include "kernels/pointwise_ops.h"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -250,67 +251,14 @@ void where(const KernelCall& call, const Plan& p) {
 
 void pointwise(const KernelCall& call) {
   const Plan p = make_plan(call);
-  const Attrs& at = call.attrs;
-  switch (call.op) {
-    case OpId::neg:
-      return apply_elementwise<OpId::neg>(call, p, pw::neg{});
-    case OpId::abs:
-      return apply_elementwise<OpId::abs>(call, p, pw::abs{});
-    case OpId::relu:
-      return apply_elementwise<OpId::relu>(call, p, pw::relu{});
-    case OpId::exp:
-      return apply_elementwise<OpId::exp>(call, p, pw::exp{});
-    case OpId::log:
-      return apply_elementwise<OpId::log>(call, p, pw::log{});
-    case OpId::sqrt:
-      return apply_elementwise<OpId::sqrt>(call, p, pw::sqrt{});
-    case OpId::rsqrt:
-      return apply_elementwise<OpId::rsqrt>(call, p, pw::rsqrt{});
-    case OpId::sigmoid:
-      return apply_elementwise<OpId::sigmoid>(call, p, pw::sigmoid{});
-    case OpId::tanh:
-      return apply_elementwise<OpId::tanh>(call, p, pw::tanh{});
-    case OpId::gelu:
-      return apply_elementwise<OpId::gelu>(call, p, pw::gelu{at.approximate_tanh});
-    case OpId::clamp:
-      return apply_elementwise<OpId::clamp>(
-          call, p, pw::clamp{at.lo.to_double(), at.hi.to_double(), at.has_lo, at.has_hi});
-    case OpId::cast:
-      return cast(call, p);
-    case OpId::fill:
-      return fill(call, p);
-    case OpId::add:
-      return apply_elementwise<OpId::add>(call, p, pw::add{});
-    case OpId::sub:
-      return apply_elementwise<OpId::sub>(call, p, pw::sub{});
-    case OpId::mul:
-      return apply_elementwise<OpId::mul>(call, p, pw::mul{});
-    case OpId::div:
-      return apply_elementwise<OpId::div>(call, p, pw::div{});
-    case OpId::pow:
-      return apply_elementwise<OpId::pow>(call, p, pw::pow{});
-    case OpId::maximum:
-      return apply_elementwise<OpId::maximum>(call, p, pw::maximum{});
-    case OpId::minimum:
-      return apply_elementwise<OpId::minimum>(call, p, pw::minimum{});
-    case OpId::eq:
-      return apply_elementwise<OpId::eq>(call, p, pw::eq{});
-    case OpId::ne:
-      return apply_elementwise<OpId::ne>(call, p, pw::ne{});
-    case OpId::lt:
-      return apply_elementwise<OpId::lt>(call, p, pw::lt{});
-    case OpId::le:
-      return apply_elementwise<OpId::le>(call, p, pw::le{});
-    case OpId::gt:
-      return apply_elementwise<OpId::gt>(call, p, pw::gt{});
-    case OpId::ge:
-      return apply_elementwise<OpId::ge>(call, p, pw::ge{});
-    case OpId::where:
-      return where(call, p);
-    default:
-      break;
-  }
-  EMBER_FAIL(op_name(call.op), ": internal error: not an elementwise op");
+  if (call.op == OpId::fill) return fill(call, p);
+  if (call.op == OpId::cast) return cast(call, p);
+  if (call.op == OpId::where) return where(call, p);
+  const bool handled = visit_elementwise(call.op, call.attrs, [&](auto op_c, const auto& f) {
+    constexpr OpId op = decltype(op_c)::value;
+    if constexpr (op != OpId::cast && op != OpId::where) apply_elementwise<op>(call, p, f);
+  });
+  EMBER_CHECK(handled, op_name(call.op), ": internal error: not an elementwise op");
 }
 
 }  // namespace ember::kernels::cuda

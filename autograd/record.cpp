@@ -1,0 +1,80 @@
+// Recording: core's dispatch calls these after each op (and before each in-place write) once
+// autograd is installed. An op whose inputs need gradients gets an OpNode as its grad_fn.
+#include <mutex>
+
+#include "autograd/formulas.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/dispatch.h"
+
+namespace ember::autograd {
+namespace {
+
+bool requires_grad(const Tensor& t) {
+  const AutogradMeta* m = t.impl()->autograd.get();
+  return m && m->requires_grad;
+}
+
+// Refuses, before any data changes, in-place writes that would make gradients wrong.
+void check_inplace(OpId op, std::span<const Tensor> inputs, const Tensor& out) {
+  if (!GradMode::is_enabled()) return;
+  const AutogradMeta* m = out.impl()->autograd.get();
+  if (!m || !m->requires_grad) return;
+  EMBER_CHECK(m->grad_fn != nullptr, op_name(op),
+              "_: a leaf tensor that requires grad cannot be modified in place while grad mode "
+              "is on (wrap the update in NoGradGuard)");
+  EMBER_CHECK(!m->is_view, op_name(op),
+              "_: in-place writes to a view of a tensor that requires grad are not supported; "
+              "write to a copy (clone) instead");
+}
+
+void record(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& out,
+            bool inplace) {
+  if (!GradMode::is_enabled() || !out.defined()) return;
+  std::vector<bool> need(inputs.size());
+  bool any = false;
+  for (size_t i = 0; i < inputs.size(); ++i) any |= (need[i] = requires_grad(inputs[i]));
+  const bool differentiable = any && is_differentiable(op) && is_floating(out.dtype());
+  if (!differentiable) {
+    // An in-place write of a value that no longer depends on anything differentiable cuts the
+    // tensor's history: its old grad_fn would describe the overwritten value.
+    if (inplace && out.impl()->autograd) {
+      AutogradMeta& m = meta(out);
+      m.grad_fn.reset();
+      m.requires_grad = false;
+    }
+    return;
+  }
+  auto node = std::make_shared<OpNode>();
+  node->op = op;
+  node->attrs = attrs;
+  node->sequence_nr = next_sequence_nr();
+  node->inputs.reserve(inputs.size());
+  node->next.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    node->inputs.push_back({inputs[i].sizes(), inputs[i].dtype(), inputs[i].device()});
+    node->next.push_back(need[i] ? gradient_edge(inputs[i]) : Edge{});
+  }
+  const SavePlan plan = save_plan(op, need);
+  node->saved_inputs.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size() && i < 3; ++i)
+    if (plan.input[i])
+      node->saved_inputs[i] = SavedTensor(inputs[i], inplace && inputs[i].is_same(out));
+  if (plan.output) node->saved_output = SavedTensor(out, false);
+  AutogradMeta& m = meta(out);
+  m.requires_grad = true;
+  m.grad_fn = std::move(node);
+  if (op_info(op).kind == OpKind::View) m.is_view = true;
+}
+
+}  // namespace
+
+void install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    set_autograd_observer(&record);
+    set_autograd_inplace_check(&check_inplace);
+  });
+}
+
+}  // namespace ember::autograd
