@@ -92,6 +92,10 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;
   std::weak_ptr<autograd::Node> grad_accumulator;  // shared by every use of a leaf
   bool is_view = false;  // recorded output of a view op
+  // For a recorded view: its base and the base's grad_fn when the view was taken. A later
+  // recorded in-place write to the base gives it a new grad_fn, and the view's history is stale.
+  std::weak_ptr<TensorImpl> view_base;
+  std::weak_ptr<autograd::Node> view_base_grad_fn;
 };
 
 namespace autograd {

@@ -30,6 +30,8 @@ using json = nlohmann::json;
 
 namespace {
 
+int g_failed_checks = 0;  // GEMM results that disagree with the float64 reference
+
 struct Config {
   int repeats = 11;
   int64_t numel = int64_t{1} << 26;  // 64M floats = 256 MiB per tensor
@@ -79,11 +81,12 @@ double time_calls(Device d, int calls, F&& f) {
   return (now_s() - t0) / calls;
 }
 
-// Enough calls that one sample lasts about `target_s` (from one timed call after a warm-up).
+// Enough calls that one sample lasts about `target_s`, estimated from a few timed calls after
+// a warm-up (one call alone would be dominated by the sync on the GPU).
 template <class F>
 int calls_for(Device d, double target_s, int max_calls, F&& f) {
   f();
-  const double one = time_calls(d, 1, f);
+  const double one = time_calls(d, 3, f);
   return std::clamp(static_cast<int>(target_s / std::max(one, 1e-9)), 1, max_calls);
 }
 
@@ -252,6 +255,25 @@ void cublas_mm(cublasHandle_t h, const Tensor& a, const Tensor& b, Tensor& c, Ge
 }
 #endif
 
+// Error of C = A B at 64 sampled entries against float64 dot products computed here, each
+// scaled by sum_k |a_ik b_kj| (so it is ~k * 2^-24 at worst for a correct float32 GEMM).
+double f64_error(const Tensor& a, const Tensor& b, const Tensor& c, GemmShape s) {
+  const std::vector<float> ha = a.to_vector<float>(), hb = b.to_vector<float>(),
+                           hc = c.to_vector<float>();
+  double worst = 0;
+  for (int64_t t = 0; t < 64; ++t) {
+    const int64_t i = (t * 7919) % s.m, j = (t * 104729) % s.n;
+    double dot = 0, scale = 0;
+    for (int64_t k = 0; k < s.k; ++k) {
+      const double p = static_cast<double>(ha[i * s.k + k]) * hb[k * s.n + j];
+      dot += p;
+      scale += std::abs(p);
+    }
+    worst = std::max(worst, std::abs(hc[i * s.n + j] - dot) / std::max(scale, 1e-30));
+  }
+  return worst;
+}
+
 // max |x - y| / max |y|, computed on the host in float64.
 [[maybe_unused]] double rel_diff(const Tensor& x, const Tensor& y) {
   const std::vector<float> a = x.to_vector<float>(), b = y.to_vector<float>();
@@ -283,8 +305,10 @@ json bench_gemm(Device d, const Config& cfg) {
 #endif
   std::printf("\n== GEMM float32 [m,k]@[k,n], %s, TF32 %s%s\n", d.str().c_str(),
               cfg.tf32 ? "on" : "off", ref ? " (vs cublasSgemm, goal >= 95%)" : "");
-  const std::vector<int> w = {18, 12, 12, 12, 12, 10, 10};
-  print_row({"m x k x n", "ember us", "TFLOP/s", "cuBLAS us", "TFLOP/s", "ratio", "rel diff"}, w);
+  const std::vector<int> w = {18, 12, 10, 12, 12, 10, 10, 10};
+  print_row(
+      {"m x k x n", "ember us", "TFLOP/s", "err f64", "cuBLAS us", "TFLOP/s", "ratio", "vs cuBLAS"},
+      w);
   json rows = json::array();
   const TensorOptions opts = TensorOptions(kFloat32).device(d);
   for (const GemmShape& s : shapes) {
@@ -295,31 +319,36 @@ json bench_gemm(Device d, const Config& cfg) {
     const double sample_s = cfg.quick ? 1e-3 : (d.is_cuda() ? 1e-2 : 0.2);
     const int calls = calls_for(d, sample_s, 1000, [&] { mm(a, b); });
     std::vector<double> mine, theirs;
-    double diff = -1;
+    double diff = -1, err = -1;
     for (int r = 0; r < cfg.repeats; ++r) {
       a = randn({s.m, s.k}, opts);
       b = randn({s.k, s.n}, opts);
       mine.push_back(time_calls(d, calls, [&] { mm(a, b); }));
+      if (r == 0) err = f64_error(a, b, mm(a, b), s);  // a fast wrong GEMM is no result
 #ifdef EMBER_WITH_CUDA
       if (ref) {
         theirs.push_back(time_calls(d, calls, [&] { cublas_mm(handle, a, b, c_ref, s); }));
-        if (r == 0) diff = rel_diff(mm(a, b), c_ref);  // a fast wrong GEMM is no result
+        if (r == 0) diff = rel_diff(mm(a, b), c_ref);
       }
 #endif
     }
     const double t = median(mine);
-    json row = {{"device", d.str()}, {"m", s.m},      {"k", s.k},
-                {"n", s.n},          {"us", t * 1e6}, {"tflop_per_s", flop / t / 1e12},
-                {"tf32", cfg.tf32}};
+    json row = {{"device", d.str()}, {"m", s.m},           {"k", s.k},
+                {"n", s.n},          {"us", t * 1e6},      {"tflop_per_s", flop / t / 1e12},
+                {"tf32", cfg.tf32},  {"error_vs_f64", err}};
+    // TF32 keeps 10 mantissa bits: allow its rounding when it is on.
+    const bool wrong = !(err <= (cfg.tf32 ? 1e-2 : 1e-4));
+    if (wrong) ++g_failed_checks;
     std::vector<std::string> cells = {
         std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n),
-        fmt("%.1f", t * 1e6), fmt("%.2f", flop / t / 1e12)};
+        fmt("%.1f", t * 1e6), fmt("%.2f", flop / t / 1e12),
+        wrong ? "WRONG " + fmt("%.0e", err) : fmt("%.0e", err)};
     if (!theirs.empty()) {
       const double tr = median(theirs);
       row["cublas_us"] = tr * 1e6;
       row["cublas_tflop_per_s"] = flop / tr / 1e12;
       row["ratio"] = tr / t;  // ember's rate over cuBLAS's
-      row["rel_diff"] = diff;
+      row["rel_diff_vs_cublas"] = diff;
       cells.insert(cells.end(), {fmt("%.1f", tr * 1e6), fmt("%.2f", flop / tr / 1e12),
                                  fmt("%.0f%%", 100 * tr / t), fmt("%.1e", diff)});
     }
@@ -414,6 +443,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  }
+  if (g_failed_checks) {
+    std::fprintf(stderr, "error: %d GEMM result(s) disagree with the float64 reference\n",
+                 g_failed_checks);
+    return 2;
   }
   return 0;
 }

@@ -19,6 +19,7 @@ Tensor make_view(const Tensor& base, const OutputMeta& m) {
   impl->offset = m.offset;
   impl->dtype = base.dtype();
   impl->device = base.device();
+  impl->is_view = true;
   return Tensor(std::move(impl));
 }
 
@@ -74,6 +75,8 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
       // Updates its inputs in place (parameters, momentum buffers); no output.
       EMBER_CHECK(!out, op_name(op), ": writes its inputs in place; it takes no output");
       const int64_t n = attrs.num_tensors;
+      if (g_inplace_check)
+        for (int64_t i = 0; i < n; ++i) g_inplace_check(op, inputs, inputs[2 + i]);
       for (int64_t i = 0; i < n; ++i) ++inputs[2 + i].impl()->storage->version;
       if (attrs.momentum_buffers)
         for (int64_t i = 0; i < n; ++i) ++inputs[2 + 2 * n + i].impl()->storage->version;

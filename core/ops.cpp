@@ -360,13 +360,15 @@ Tensor softmax_like(OpId op, const Tensor& a, int64_t dim) {
 Tensor softmax(const Tensor& a, int64_t dim) { return softmax_like(OpId::softmax, a, dim); }
 Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_like(OpId::log_softmax, a, dim); }
 
-Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
+Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                double label_smoothing) {
   check_defined(logits, OpId::cross_entropy);
   check_defined(target, OpId::cross_entropy);
   EMBER_CHECK(target.dtype() == kInt64, "cross_entropy: target must hold int64 class indices, got ",
               dtype_name(target.dtype()));
   Attrs attrs;
   attrs.ignore_index = ignore_index;
+  attrs.label_smoothing = label_smoothing;
   const Tensor x = as_type(logits, compute_type(OpId::cross_entropy, logits.dtype()));
   return dispatch(OpId::cross_entropy, {x.contiguous(), target.contiguous()}, attrs);
 }

@@ -111,9 +111,10 @@ bool allow_tf32();
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
 // Per-sample cross entropy of logits [N, C] against int64 class indices [N]; samples whose
-// target equals ignore_index get 0. Out-of-range targets raise ember::Error.
+// target equals ignore_index get 0. Out-of-range targets raise ember::Error. With
+// label_smoothing e in [0, 1] the target distribution is (1 - e) one_hot + e / C.
 Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target,
-                                int64_t ignore_index = -100);
+                                int64_t ignore_index = -100, double label_smoothing = 0);
 
 // Indexing and joining
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);

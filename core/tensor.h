@@ -31,6 +31,7 @@ struct TensorImpl {
   // A host number wrapped as a 0-dim tensor: it does not decide the result dtype of an op
   // against dimensioned tensors of the same category (like PyTorch's wrapped numbers).
   bool wrapped_number = false;
+  bool is_view = false;  // made by a view op: shares another tensor's storage
   std::shared_ptr<AutogradMeta> autograd;
 
   int64_t numel() const { return numel_of(sizes); }

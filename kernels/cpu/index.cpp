@@ -1,13 +1,19 @@
-// CPU indexing kernels: gather, index_select (along attrs.dim) and one_hot.
+// CPU indexing kernels: gather, index_select (along attrs.dim), one_hot and scatter_add.
 //
 // gather and index_select are one loop: walk the output's positions, read the index at each
 // (gather: the index tensor has the output's shape; index_select: a 1-D index read along `dim`
 // only) and copy the input element at that position with `dim` replaced by the index. Elements
 // move as raw words of their size, so one instantiation serves every dtype of that width.
 // Every index is validated before anything is written.
+//
+// scatter_add is gather's adjoint: walk the source's positions and add each element into the
+// output at that position with `dim` replaced by the index. It adds in the output's dtype
+// (16-bit floats in float, rounded once at the end, and integers with two's complement
+// wrap-around rather than signed overflow).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -204,6 +210,81 @@ void run_one_hot(const KernelCall& call) {
   });
 }
 
+// out = zeros(attrs.shape); out[p with dim := index[p]] += src[p] for every source position p.
+void run_scatter_add(const KernelCall& call) {
+  const Tensor& src = call.inputs[0];
+  const Tensor& index = call.inputs[1];
+  const Tensor& out = call.out;
+  const int64_t dim = call.attrs.dim;
+  const int nd = std::max(src.dim(), 1);
+  EMBER_CHECK(index.sizes() == src.sizes() && index.dtype() == kInt64, "scatter_add: index ",
+              dtype_name(index.dtype()), " ", index.sizes(),
+              " must be int64 of the source's shape ", src.sizes());
+  EMBER_CHECK(out.dim() == src.dim() && out.dtype() == src.dtype() && dim >= 0 && dim < nd,
+              "scatter_add: output ", dtype_name(out.dtype()), " ", out.sizes(), " and dim ", dim,
+              " do not fit a ", dtype_name(src.dtype()), " source of shape ", src.sizes());
+  const int64_t dim_size = size_or_1(out, static_cast<int>(dim));
+  // Operand 0: the accumulator with dim's stride zeroed, 1: src, 2: index.
+  Walk w;
+  w.nd = nd;
+  for (int d = 0; d < nd; ++d) {
+    EMBER_CHECK(d == dim || size_or_1(src, d) <= size_or_1(out, d), "scatter_add: source shape ",
+                src.sizes(), " exceeds output shape ", out.sizes(), " in dim ", d);
+    w.sizes[d] = size_or_1(src, d);
+    w.strides[1][d] = stride_or_0(src, d);
+    w.strides[2][d] = stride_or_0(index, d);
+  }
+  const int64_t* ix = static_cast<const int64_t*>(index.raw_data());
+  for_each_point(w, [&](int64_t, int64_t, int64_t oi) {
+    const int64_t v = ix[oi];
+    EMBER_CHECK(v >= 0 && v < dim_size, "scatter_add: index ", v, " is out of range for dim ", dim,
+                " of size ", dim_size, " (output shape ", out.sizes(), ")");
+  });
+  // A walk over every output element: operand 0 the output, 1 a contiguous accumulator.
+  Walk all;
+  all.nd = nd;
+  int64_t cs = 1;
+  for (int d = nd - 1; d >= 0; --d) {
+    all.sizes[d] = size_or_1(out, d);
+    all.strides[0][d] = stride_or_0(out, d);
+    all.strides[1][d] = cs;
+    cs *= all.sizes[d];
+  }
+  visit_dtype(src.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool>) {
+      constexpr bool kWide = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+      using Acc = std::conditional_t<kWide, float, T>;
+      const T* s = static_cast<const T*>(src.raw_data());
+      std::vector<Acc> buffer;
+      Acc* acc = static_cast<Acc*>(out.raw_data());
+      int64_t acc_dim_stride = stride_or_0(out, static_cast<int>(dim));
+      if constexpr (kWide) {
+        buffer.assign(static_cast<size_t>(out.numel()), Acc(0));
+        acc = buffer.data();
+        acc_dim_stride = all.strides[1][dim];
+        for (int d = 0; d < nd; ++d) w.strides[0][d] = d == dim ? 0 : all.strides[1][d];
+      } else {
+        for_each_point(all, [&](int64_t oo, int64_t, int64_t) { acc[oo] = Acc(0); });
+        for (int d = 0; d < nd; ++d) w.strides[0][d] = d == dim ? 0 : stride_or_0(out, d);
+      }
+      for_each_point(w, [&](int64_t oa, int64_t os, int64_t oi) {
+        Acc& a = acc[oa + ix[oi] * acc_dim_stride];
+        if constexpr (std::is_integral_v<Acc>) {
+          using U = std::make_unsigned_t<Acc>;
+          a = static_cast<Acc>(static_cast<U>(a) + static_cast<U>(s[os]));
+        } else {
+          a += static_cast<Acc>(s[os]);
+        }
+      });
+      if constexpr (kWide) {
+        T* o = static_cast<T*>(out.raw_data());
+        for_each_point(all, [&](int64_t oo, int64_t ob, int64_t) { o[oo] = T(acc[ob]); });
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void index(const KernelCall& call) {
@@ -218,6 +299,8 @@ void index(const KernelCall& call) {
       return run_index_select(call);
     case OpId::one_hot:
       return run_one_hot(call);
+    case OpId::scatter_add:
+      return run_scatter_add(call);
     default:
       EMBER_FAIL(name, ": not an indexing op");
   }

@@ -20,6 +20,8 @@ enum DeviceErrorCode : int {
   kIndexSelectIndex = 3,
   // "one_hot: class <value> is out of range for <limit> classes"
   kOneHotClass = 4,
+  // "scatter_add: index <value> is out of range for a dimension of size <limit>"
+  kScatterAddIndex = 5,
 };
 
 struct DeviceErrorFlag {

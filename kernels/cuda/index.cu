@@ -1,4 +1,4 @@
-// Launchers of index.cuh (gather, index_select, one_hot).
+// Launchers of index.cuh (gather, index_select, one_hot, scatter_add).
 #include <algorithm>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -78,6 +78,40 @@ void run_one_hot(const KernelCall& call, int device, cudaStream_t s) {
   check_launch("one_hot");
 }
 
+// Zero-fills the output, then adds the source into it: two nodes on the stream, both fine inside
+// a CUDA graph capture.
+void run_scatter_add(const KernelCall& call, int device, cudaStream_t s) {
+  const Tensor& src = call.inputs[0];
+  const Tensor& index = call.inputs[1];
+  const Tensor& out = call.out;
+  EMBER_CHECK(src.is_contiguous() && index.is_contiguous() && out.is_contiguous(),
+              "scatter_add: CUDA kernel needs a contiguous source, index and output");
+  EMBER_CHECK(index.dtype() == kInt64, "scatter_add: CUDA kernel needs an int64 index, got ",
+              dtype_name(index.dtype()));
+  // All-zero bits are 0 in every numeric dtype.
+  EMBER_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.nbytes()), s));
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  const int nd = std::max(src.dim(), 1);
+  dev::ScatterShape g{};
+  g.ndim = nd;
+  g.dim = nd - 1 - static_cast<int>(call.attrs.dim);
+  g.dim_size = size_or_1(out, static_cast<int>(call.attrs.dim));
+  int64_t stride = 1;
+  for (int d = nd - 1; d >= 0; --d) {  // innermost first
+    g.size[nd - 1 - d] = size_or_1(src, d);
+    g.out_stride[nd - 1 - d] = stride;
+    stride *= size_or_1(out, d);
+  }
+  visit_numeric_dtype(src.dtype(), "scatter_add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dev::scatter_add_kernel<T><<<grid_stride_blocks(n, kThreads, device), kThreads, 0, s>>>(
+        static_cast<const T*>(src.raw_data()), static_cast<const int64_t*>(index.raw_data()),
+        static_cast<T*>(out.raw_data()), n, g, device_error_flag(device));
+    check_launch("scatter_add");
+  });
+}
+
 }  // namespace
 
 void index(const KernelCall& call) {
@@ -90,6 +124,8 @@ void index(const KernelCall& call) {
       return run_index_select(call, device, s);
     case OpId::one_hot:
       return run_one_hot(call, device, s);
+    case OpId::scatter_add:
+      return run_scatter_add(call, device, s);
     default:
       EMBER_FAIL(op_name(call.op), ": not an index op");
   }

@@ -1,8 +1,9 @@
 #pragma once
-// gather, index_select and one_hot on contiguous inputs with int64 indices. Elements move as
-// unsigned words of their size, so one instantiation per width serves every dtype. An index
-// outside its dimension raises the device error flag and the element becomes 0 (no trap: the
-// context survives and the host reports the error at the next synchronize).
+// gather, index_select, one_hot and scatter_add on contiguous inputs with int64 indices.
+// gather and index_select move elements as unsigned words of their size, so one instantiation
+// per width serves every dtype. An index outside its dimension raises the device error flag and
+// the element becomes 0, or (scatter_add) is skipped: no trap, so the context survives and the
+// host reports the error at the next synchronize.
 #include "core/macros.h"
 #include "kernels/cuda/device_error.cuh"
 #if defined(__CUDACC_RTC__)
@@ -14,6 +15,8 @@ typedef unsigned long uint64_t;
 #else
 #include <cstdint>
 #endif
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace ember::kernels::cuda::dev {
 
@@ -80,6 +83,52 @@ __global__ void one_hot_kernel(const int64_t* __restrict__ in, int64_t* __restri
     const int64_t v = in[i];
     if ((v < 0 || v >= classes) && k == 0) raise_device_error(flag, kOneHotClass, v, classes);
     out[e] = v == k ? 1 : 0;
+  }
+}
+
+// scatter_add: out (contiguous, zero-filled beforehand) += src at the source's positions with
+// coordinate `dim` := index[p]. Sizes are the source's, innermost first; out_stride are the
+// output's contiguous strides. Duplicate indices meet in atomicAdd, so the order of the adds
+// (and, for floats, the rounding) varies from run to run, as in PyTorch.
+struct ScatterShape {
+  int ndim;
+  int dim;  // position of the scattered dim in the innermost-first arrays
+  int64_t size[kIndexMaxDims];
+  int64_t out_stride[kIndexMaxDims];
+  int64_t dim_size;
+};
+
+// atomicAdd for every numeric storage type (16-bit floats natively: sm_70 for __half, sm_80 for
+// __nv_bfloat16; int64 as unsigned long long, whose wrap-around is two's complement addition).
+__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__half* p, __half v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__nv_bfloat16* p, __nv_bfloat16 v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(int32_t* p, int32_t v) {
+  atomicAdd(reinterpret_cast<int*>(p), static_cast<int>(v));
+}
+__device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+
+template <class T>
+__global__ void scatter_add_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+                                   T* __restrict__ out, int64_t n, ScatterShape g,
+                                   DeviceErrorFlag* flag) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
+    int64_t pos = e, off = 0;
+    for (int d = 0; d < g.ndim; ++d) {
+      const int64_t q = pos / g.size[d];
+      if (d != g.dim) off += (pos - q * g.size[d]) * g.out_stride[d];
+      pos = q;
+    }
+    const int64_t v = index[e];
+    if (v < 0 || v >= g.dim_size) {
+      raise_device_error(flag, kScatterAddIndex, v, g.dim_size);
+    } else {
+      atomic_add(out + off + v * g.out_stride[g.dim], src[e]);
+    }
   }
 }
 

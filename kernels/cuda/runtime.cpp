@@ -78,6 +78,8 @@ std::string describe_device_error(int code, long long value, long long limit) {
       return "index_select: index " + v + " is out of range for a dimension of size " + l;
     case kOneHotClass:
       return "one_hot: class " + v + " is out of range for " + l + " classes";
+    case kScatterAddIndex:
+      return "scatter_add: index " + v + " is out of range for a dimension of size " + l;
     default:
       return "a CUDA kernel raised device error " + std::to_string(code) + " (value " + v +
              ", limit " + l + ")";

@@ -210,10 +210,12 @@ void mm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void bmm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void softmax_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void cross_entropy_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
+void cross_entropy_backward_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 // op_trials_shape.cpp
 void gather_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void index_select_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void one_hot_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
+void scatter_add_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void cat_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void view_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void permute_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
@@ -223,5 +225,7 @@ void expand_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out)
 void arange_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void random_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void to_device_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
+// op_trials_optim.cpp
+void sgd_update_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 
 }  // namespace ember::test::optable

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dispatch.h"
 #include "core/factory.h"
 #include "core/op_table_harness.h"
 #include "core/ops.h"
@@ -265,49 +266,145 @@ void softmax_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out
   }
 }
 
+namespace {
+
+// Class targets for n samples of `cls` classes: with the default ignore_index (-100) about one
+// sample in five is ignored; with a custom one (2), class 2 is drawn often enough to hit it.
+Input ce_targets(int64_t n, int64_t cls, int64_t ignore_index, Rng& r, Vec& target) {
+  target.assign(static_cast<size_t>(n), 0);
+  for (auto& v : target) {
+    v = static_cast<double>(integer(r, 0, cls - 1));
+    if (ignore_index == -100 && integer(r, 0, 4) == 0) v = -100;
+  }
+  return int64_input(target, {n});
+}
+
+// Per row of x ([n, cls] row-major): the logsumexp, the plain sum and the largest magnitude.
+struct RowStats {
+  double lse, sum, mag;
+};
+RowStats row_stats(const double* row, int64_t cls) {
+  double m = -INFINITY, s = 0, sum = 0, mag = 0;
+  for (int64_t j = 0; j < cls; ++j) m = std::max(m, row[j]);
+  for (int64_t j = 0; j < cls; ++j) {
+    s += std::exp(row[j] - m);
+    sum += row[j];
+    mag = std::max(mag, std::fabs(row[j]));
+  }
+  return {m + std::log(s), sum, mag};
+}
+
+Attrs ce_attrs(int64_t ignore_index, double label_smoothing) {
+  Attrs a;
+  a.ignore_index = ignore_index;
+  a.label_smoothing = label_smoothing;
+  return a;
+}
+
+}  // namespace
+
+// loss_i = lse(x_i) - (1 - e) x_i[t_i] - e/C sum_c x_i[c]; 0 for ignored samples.
 void cross_entropy_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
   using L = Layout;
   struct Case {
     int64_t n, cls;
     L layout;
     int64_t ignore_index;
+    double smoothing;
   };
   const std::vector<Case> cases = {
-      {1, 1, L::Contiguous, -100}, {5, 7, L::Contiguous, -100}, {4, 3, L::Transposed, -100},
-      {6, 10, L::Strided, -100},   {9, 4, L::Contiguous, 2},    {3, 65, L::Expanded, -100},
+      {1, 1, L::Contiguous, -100, 0},       {5, 7, L::Contiguous, -100, 0},
+      {4, 3, L::Transposed, -100, 0},       {6, 10, L::Strided, -100, 0},
+      {9, 4, L::Contiguous, 2, 0},          {3, 65, L::Expanded, -100, 0},
+      {5, 7, L::Contiguous, -100, 0.1},     {4, 3, L::Transposed, 2, 0.25},
+      {3, 65, L::Contiguous, -100, 1.0},    {1, 1, L::Contiguous, -100, 0.5},
+      {2, 1500, L::Contiguous, -100, 0.05}, {2, 9000, L::Strided, -100, 0.2},
   };
   for (const Case& k : cases) {
     Trial t;
-    Vec x;
+    Vec x, target;
     t.inputs.push_back(make_input({k.n, k.cls}, k.layout, dt, c.domain, r, x));
-    // Some samples carry the ignore_index (-100 by default; with a custom one, class 2 is
-    // drawn often enough to hit it).
-    Vec target(static_cast<size_t>(k.n));
-    for (auto& v : target) {
-      v = static_cast<double>(integer(r, 0, k.cls - 1));
-      if (k.ignore_index == -100 && integer(r, 0, 4) == 0) v = -100;
-    }
-    Input ti;
-    ti.base = target;
-    ti.base_shape = ti.shape = {k.n};
-    ti.dtype = kInt64;
-    t.inputs.push_back(ti);
-    t.what = "cross_entropy(" + t.inputs[0].str() + ", target " + test::join(target) +
-             ", ignore_index " + std::to_string(k.ignore_index) + ")";
+    t.inputs.push_back(ce_targets(k.n, k.cls, k.ignore_index, r, target));
     const int64_t ii = k.ignore_index;
-    t.call = [ii](const std::vector<Tensor>& in, Device) {
-      return cross_entropy_per_sample(in[0], in[1], ii);
-    };
+    const double e = k.smoothing;
+    std::ostringstream what;
+    what << "cross_entropy(" << t.inputs[0].str() << ", target " << test::join(target)
+         << ", ignore_index " << ii << ", label_smoothing " << e << ")";
+    t.what = what.str();
+    if (e == 0) {  // through the public function
+      t.call = [ii](const std::vector<Tensor>& in, Device) {
+        return cross_entropy_per_sample(in[0], in[1], ii);
+      };
+    } else {
+      t.call = [ii, e](const std::vector<Tensor>& in, Device) {
+        return dispatch(OpId::cross_entropy, {in[0].contiguous(), in[1]}, ce_attrs(ii, e));
+      };
+    }
     t.expect.shape = {k.n};
     t.expect.dtype = dt;
     for (int64_t i = 0; i < k.n; ++i) {
       const double* row = &x[static_cast<size_t>(i * k.cls)];
       const int64_t tg = static_cast<int64_t>(target[static_cast<size_t>(i)]);
-      double m = -INFINITY, s = 0;
-      for (int64_t j = 0; j < k.cls; ++j) m = std::max(m, row[j]);
-      for (int64_t j = 0; j < k.cls; ++j) s += std::exp(row[j] - m);
-      t.expect.v.push_back(tg == ii ? 0.0 : m + std::log(s) - row[tg]);
-      t.expect.scale.push_back(2 * std::fabs(m) + 1);
+      const RowStats st = row_stats(row, k.cls);
+      t.expect.v.push_back(
+          tg == ii ? 0.0 : st.lse - (1 - e) * row[tg] - e / static_cast<double>(k.cls) * st.sum);
+      t.expect.scale.push_back(2 * std::fabs(st.lse) + 2 * st.mag + 1);
+    }
+    out.push_back(std::move(t));
+  }
+}
+
+// dx_i[c] = grad_i (softmax(x_i)[c] - (1 - e) [c == t_i] - e/C); 0 for ignored samples. The
+// gradient may be strided or an expanded scalar (what a mean's backward hands over).
+void cross_entropy_backward_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  struct Case {
+    int64_t n, cls;
+    L logits_layout, grad_layout;
+    int64_t ignore_index;
+    double smoothing;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, L::Contiguous, L::Contiguous, -100, 0},
+      {5, 7, L::Contiguous, L::Contiguous, -100, 0},
+      {4, 3, L::Transposed, L::Expanded, -100, 0.1},
+      {6, 10, L::Strided, L::Strided, 2, 0.2},
+      {3, 65, L::Expanded, L::Contiguous, -100, 1.0},
+      {9, 4, L::Contiguous, L::Expanded, 2, 0},
+      {3, 1500, L::Contiguous, L::Contiguous, -100, 0.05},
+      {2, 9000, L::Contiguous, L::Strided, -100, 0.3},
+  };
+  for (const Case& k : cases) {
+    Trial t;
+    Vec g, x, target;
+    t.inputs.push_back(make_input({k.n}, k.grad_layout, dt, c.domain, r, g));
+    t.inputs.push_back(make_input({k.n, k.cls}, k.logits_layout, dt, c.domain, r, x));
+    t.inputs.push_back(ce_targets(k.n, k.cls, k.ignore_index, r, target));
+    const int64_t ii = k.ignore_index;
+    const double e = k.smoothing;
+    std::ostringstream what;
+    what << "cross_entropy_backward(grad " << t.inputs[0].str() << ", " << t.inputs[1].str()
+         << ", target " << test::join(target) << ", ignore_index " << ii << ", label_smoothing "
+         << e << ")";
+    t.what = what.str();
+    t.call = [ii, e](const std::vector<Tensor>& in, Device) {
+      return dispatch(OpId::cross_entropy_backward, {in[0], in[1].contiguous(), in[2]},
+                      ce_attrs(ii, e));
+    };
+    t.expect.shape = {k.n, k.cls};
+    t.expect.dtype = dt;
+    for (int64_t i = 0; i < k.n; ++i) {
+      const double* row = &x[static_cast<size_t>(i * k.cls)];
+      const int64_t tg = static_cast<int64_t>(target[static_cast<size_t>(i)]);
+      const RowStats st = row_stats(row, k.cls);
+      const double gi = g[static_cast<size_t>(i)];
+      for (int64_t j = 0; j < k.cls; ++j) {
+        const double p = std::exp(row[j] - st.lse);
+        const double onehot = j == tg ? 1.0 : 0.0;
+        t.expect.v.push_back(
+            tg == ii ? 0.0 : gi * (p - (1 - e) * onehot - e / static_cast<double>(k.cls)));
+        t.expect.scale.push_back(2 * std::fabs(gi));
+      }
     }
     out.push_back(std::move(t));
   }

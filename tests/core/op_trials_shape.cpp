@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dispatch.h"
 #include "core/factory.h"
 #include "core/op_table_harness.h"
 #include "core/ops.h"
@@ -317,6 +318,72 @@ void expand_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out)
     t.expect.shape = k.result;
     t.expect.dtype = dt;
     t.expect.v = broadcast_values(x, k.in.shape, k.result);
+    out.push_back(std::move(t));
+  }
+}
+
+// torch.zeros(shape).scatter_add_(dim, index, src): duplicates on purpose (several source
+// elements land on one output element), sources smaller than the output outside `dim`, a
+// 0-dim and an empty source. Integers add exactly; floats are compared against the exact sum
+// with the sum of magnitudes as the error scale. On the GPU duplicates meet in atomicAdd, which
+// rounds after every add in 16-bit floats: the CUDA tolerance allows one rounding per add.
+void scatter_add_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  struct Case {
+    ShapeLayout src;
+    int64_t dim;
+    Shape out;
+  };
+  const std::vector<Case> cases = {
+      {{{3, 5}, L::Contiguous}, 0, {4, 5}},
+      {{{3, 5}, L::Contiguous}, 1, {3, 2}},
+      {{{2, 3, 4}, L::Transposed}, 2, {2, 4, 6}},
+      {{{4, 6}, L::Strided}, 1, {5, 6}},
+      {{{7}, L::Contiguous}, 0, {3}},
+      {{{2, 3}, L::Expanded}, 0, {3, 4}},
+      {{{}, L::Contiguous}, 0, {}},
+      {{{0, 3}, L::Contiguous}, 0, {2, 3}},
+      {{{40, 33}, L::Contiguous}, 0, {3, 33}},
+  };
+  for (const Case& k : cases) {
+    Trial t;
+    Vec x;
+    t.inputs.push_back(make_input(k.src.shape, k.src.layout, dt, c.domain, r, x));
+    const Shape& ss = k.src.shape;
+    const int d = static_cast<int>(k.dim);
+    const int64_t dim_size = k.out.size() == 0 ? 1 : k.out[d];
+    Vec idx(x.size());
+    for (auto& v : idx) v = static_cast<double>(integer(r, 0, dim_size - 1));
+    t.inputs.push_back(int64_input(idx, ss));
+    t.what = "scatter_add(" + t.inputs[0].str() + ", dim " + std::to_string(k.dim) + ", index " +
+             test::join(idx) + ", into " + k.out.str() + ")";
+    Attrs a;
+    a.dim = k.dim;
+    a.shape = k.out;
+    t.call = [a](const std::vector<Tensor>& in, Device) {
+      return dispatch(OpId::scatter_add, {in[0].contiguous(), in[1]}, a);
+    };
+    t.expect.shape = k.out;
+    t.expect.dtype = dt;
+    const size_t on = static_cast<size_t>(numel_of(k.out));
+    t.expect.v.assign(on, 0);
+    t.expect.scale.assign(on, 0);
+    std::vector<int> adds(on, 0);
+    for (size_t i = 0; i < x.size(); ++i) {
+      size_t o = 0;
+      if (ss.size() > 0) {
+        std::vector<int64_t> p = unravel(static_cast<int64_t>(i), ss);
+        p[d] = static_cast<int64_t>(idx[i]);
+        o = static_cast<size_t>(ravel(p, k.out));
+      }
+      t.expect.v[o] += x[i];
+      t.expect.scale[o] += std::fabs(x[i]);
+      ++adds[o];
+    }
+    if (dt == kFloat16 || dt == kBFloat16) {
+      const int most = std::max(1, *std::max_element(adds.begin(), adds.end()));
+      t.expect.cuda_rtol = (most + 1) * std::ldexp(1.0, dt == kFloat16 ? -11 : -8);
+    }
     out.push_back(std::move(t));
   }
 }

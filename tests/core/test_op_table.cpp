@@ -111,9 +111,11 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::softmax, softmax_trials},
       {OpId::log_softmax, softmax_trials},
       {OpId::cross_entropy, cross_entropy_trials},
+      {OpId::cross_entropy_backward, cross_entropy_backward_trials},
       {OpId::gather, gather_trials},
       {OpId::index_select, index_select_trials},
       {OpId::one_hot, one_hot_trials},
+      {OpId::scatter_add, scatter_add_trials},
       {OpId::cat, cat_trials},
       {OpId::view, view_trials},
       {OpId::permute, permute_trials},
@@ -123,6 +125,7 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::rand, random_trials},
       {OpId::randn, random_trials},
       {OpId::randint, random_trials},
+      {OpId::sgd_update, sgd_update_trials},
       {OpId::to_device, to_device_trials},
   };
   return k;

@@ -1,0 +1,91 @@
+// Launcher of multi_tensor.cuh: sgd_update for all parameters of a group in one launch (more
+// launches only past kMultiTensorMax tensors). Inputs, as validated by meta:
+//   [hyper float32[4], step float32 scalar, params[n], grads[n], (momentum buffers[n])]
+// Nothing here reads device memory or synchronizes, so the update can be captured in a graph.
+#include <algorithm>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_util.h"
+#include "kernels/cuda/multi_tensor.cuh"
+
+namespace ember::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+dev::MultiTensorDType table_dtype(DType t, int64_t i) {
+  switch (t) {
+    case DType::Float32:
+      return dev::kMtFloat32;
+    case DType::Float64:
+      return dev::kMtFloat64;
+    case DType::Float16:
+      return dev::kMtFloat16;
+    case DType::BFloat16:
+      return dev::kMtBFloat16;
+    default:
+      EMBER_FAIL("sgd_update: parameter ", i, " has dtype ", dtype_name(t),
+                 "; expected a floating dtype");
+  }
+}
+
+void sgd_update(const KernelCall& call) {
+  const auto& in = call.inputs;
+  const Attrs& a = call.attrs;
+  const int64_t n = a.num_tensors;
+  const size_t want = 2 + static_cast<size_t>(n) * (a.momentum_buffers ? 3 : 2);
+  EMBER_CHECK(n > 0 && in.size() == want, "sgd_update: expected ", want, " tensors for ", n,
+              " parameters, got ", in.size());
+  const Tensor &hyper = in[0], &step = in[1];
+  const Device dev = in[2].device();
+  EMBER_CHECK(hyper.dtype() == kFloat32 && hyper.numel() == 4 && hyper.is_contiguous() &&
+                  hyper.device() == dev && step.dtype() == kFloat32 && step.numel() == 1 &&
+                  step.device() == dev,
+              "sgd_update: expected float32 hyperparameters [4] and a float32 step on ", dev.str());
+  const int device = dev.index;
+  cudaStream_t s = stream(device);
+  const dev::SgdFlags flags{a.nesterov, a.maximize, a.momentum_buffers};
+  for (int64_t base = 0; base < n; base += dev::kMultiTensorMax) {
+    dev::SgdTensors ts{};
+    int64_t largest = 0;
+    const int64_t count = std::min<int64_t>(dev::kMultiTensorMax, n - base);
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t i = base + k;
+      const Tensor& p = in[static_cast<size_t>(2 + i)];
+      const Tensor& g = in[static_cast<size_t>(2 + n + i)];
+      const Tensor* b = a.momentum_buffers ? &in[static_cast<size_t>(2 + 2 * n + i)] : nullptr;
+      EMBER_CHECK(p.device() == dev && g.device() == dev && (!b || b->device() == dev) &&
+                      p.is_contiguous() && g.is_contiguous() && (!b || b->is_contiguous()) &&
+                      g.sizes() == p.sizes() && g.dtype() == p.dtype() &&
+                      (!b || (b->sizes() == p.sizes() && b->dtype() == p.dtype())),
+                  "sgd_update: parameter ", i, " (", dtype_name(p.dtype()), " ", p.sizes(),
+                  ") needs a contiguous gradient", b ? " and momentum buffer" : "",
+                  " of its dtype and shape on ", dev.str());
+      ts.param[k] = p.raw_data();
+      ts.grad[k] = g.raw_data();
+      ts.buf[k] = b ? b->raw_data() : nullptr;
+      ts.numel[k] = p.numel();
+      ts.dtype[k] = table_dtype(p.dtype(), i);
+      largest = std::max(largest, p.numel());
+    }
+    ts.count = static_cast<int>(count);
+    if (largest == 0) continue;
+    dev::sgd_update_kernel<<<grid_stride_blocks(largest, kThreads, device), kThreads, 0, s>>>(
+        ts, static_cast<const float*>(hyper.raw_data()), static_cast<const float*>(step.raw_data()),
+        flags);
+    check_launch("sgd_update");
+  }
+}
+
+}  // namespace
+
+void multi_tensor(const KernelCall& call) {
+  switch (call.op) {
+    case OpId::sgd_update:
+      return sgd_update(call);
+    default:
+      EMBER_FAIL(op_name(call.op), ": not a multi-tensor op");
+  }
+}
+
+}  // namespace ember::kernels::cuda

@@ -1,0 +1,45 @@
+#pragma once
+// Elementwise activation layers: ReLU, GELU, Sigmoid, Tanh.
+#include <ostream>
+
+#include "nn/holder.h"
+#include "nn/module.h"
+#include "nn/options.h"
+
+namespace ember::nn {
+
+class ReLUImpl : public Module {
+ public:
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override { os << "ReLU()"; }
+};
+EMBER_MODULE(ReLU);
+
+class GELUImpl : public Module {
+ public:
+  explicit GELUImpl(const GELUOptions& options = {});
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override;
+
+  GELUOptions options;
+
+ private:
+  bool approximate_tanh_ = false;
+};
+EMBER_MODULE(GELU);
+
+class SigmoidImpl : public Module {
+ public:
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override { os << "Sigmoid()"; }
+};
+EMBER_MODULE(Sigmoid);
+
+class TanhImpl : public Module {
+ public:
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override { os << "Tanh()"; }
+};
+EMBER_MODULE(Tanh);
+
+}  // namespace ember::nn

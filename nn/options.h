@@ -1,0 +1,95 @@
+#pragma once
+// Typed option structs for layers and losses, with chainable setters:
+//   nn::CrossEntropyLossOptions().ignore_index(-100).label_smoothing(0.1)
+// Each field reads back through the same name without an argument: opts.label_smoothing().
+#include <cstdint>
+#include <string>
+
+#include "core/shape.h"
+#include "core/tensor.h"
+
+// Declares a setter/getter pair and the field; write the default after it:
+//   EMBER_ARG(double, eps) = 1e-5;
+#define EMBER_ARG(T, name)                         \
+ public:                                           \
+  auto name(const T& new_value)->decltype(*this) { \
+    name##_ = new_value;                           \
+    return *this;                                  \
+  }                                                \
+  const T& name() const { return name##_; }        \
+                                                   \
+ private:                                          \
+  T name##_
+
+namespace ember::nn {
+
+// How a loss folds its per-element values: None keeps them, Mean averages (over the elements a
+// loss counts: cross entropy and NLL skip ignored targets), Sum adds them.
+enum class Reduction { None, Mean, Sum };
+const char* reduction_name(Reduction r);
+
+struct LinearOptions {
+  LinearOptions(int64_t in_features, int64_t out_features)
+      : in_features_(in_features), out_features_(out_features) {}
+  EMBER_ARG(int64_t, in_features);
+  EMBER_ARG(int64_t, out_features);
+  EMBER_ARG(bool, bias) = true;
+};
+
+struct GELUOptions {
+  // "none" (exact, with erf) or "tanh" (the tanh approximation), like PyTorch.
+  EMBER_ARG(std::string, approximate) = "none";
+};
+
+struct DropoutOptions {
+  DropoutOptions(double p = 0.5) : p_(p) {}  // NOLINT: Dropout(0.2) reads well
+  EMBER_ARG(double, p);
+};
+
+struct FlattenOptions {
+  EMBER_ARG(int64_t, start_dim) = 1;
+  EMBER_ARG(int64_t, end_dim) = -1;
+};
+
+struct LayerNormOptions {
+  LayerNormOptions(Shape normalized_shape)  // NOLINT: LayerNorm(Shape{16}) reads well
+      : normalized_shape_(normalized_shape) {}
+  EMBER_ARG(Shape, normalized_shape);
+  EMBER_ARG(double, eps) = 1e-5;
+  EMBER_ARG(bool, elementwise_affine) = true;
+};
+
+struct EmbeddingOptions {
+  EmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim)
+      : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}
+  EMBER_ARG(int64_t, num_embeddings);
+  EMBER_ARG(int64_t, embedding_dim);
+};
+
+struct CrossEntropyLossOptions {
+  EMBER_ARG(int64_t, ignore_index) = -100;
+  EMBER_ARG(double, label_smoothing) = 0.0;
+  EMBER_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+struct NLLLossOptions {
+  EMBER_ARG(int64_t, ignore_index) = -100;
+  EMBER_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+struct MSELossOptions {
+  MSELossOptions(Reduction reduction = Reduction::Mean)  // NOLINT: MSELoss(Reduction::Sum)
+      : reduction_(reduction) {}
+  EMBER_ARG(Reduction, reduction);
+};
+
+struct BCEWithLogitsLossOptions {
+  // Per-element weight, broadcast against the input (undefined: none).
+  EMBER_ARG(Tensor, weight);
+  // Weight of positive examples, broadcast against the input, typically one per class (last
+  // dim); undefined: none.
+  EMBER_ARG(Tensor, pos_weight);
+  EMBER_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+}  // namespace ember::nn

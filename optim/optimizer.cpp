@@ -1,0 +1,77 @@
+#include "optim/optimizer.h"
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+
+namespace ember::optim {
+
+Optimizer::Optimizer(std::unique_ptr<OptimizerOptions> defaults) : defaults_(std::move(defaults)) {
+  EMBER_CHECK(defaults_ != nullptr, "optimizer: default options are missing");
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (ParamGroup& g : groups_) {
+    for (Tensor& p : g.params) {
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (set_to_none) {
+        p.set_grad(Tensor());
+      } else {
+        NoGradGuard no_grad;
+        grad.zero_();
+      }
+    }
+  }
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  if (!group.options) group.options = defaults_->clone();
+  validate_options(*group.options);
+  const size_t index = groups_.size();
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    const Tensor& p = group.params[i];
+    EMBER_CHECK(p.defined(), name(), ": parameter ", i, " of group ", index, " is undefined");
+    EMBER_CHECK(is_floating(p.dtype()), name(), ": parameter ", i, " of group ", index, " is ",
+                dtype_name(p.dtype()), "; only floating tensors can be optimized");
+    EMBER_CHECK(p.is_leaf(), name(), ": parameter ", i, " of group ", index,
+                " is not a leaf (it was computed by a recorded op); optimize the leaf it came "
+                "from, or detach() it");
+    for (size_t j = 0; j < i; ++j)
+      EMBER_CHECK(!group.params[j].is_same(p), name(), ": parameter ", i, " of group ", index,
+                  " repeats parameter ", j, " of the same group");
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (size_t j = 0; j < groups_[g].params.size(); ++j)
+        EMBER_CHECK(!groups_[g].params[j].is_same(p), name(), ": parameter ", i, " of group ",
+                    index, " is already parameter ", j, " of group ", g,
+                    "; a parameter may belong to one group only");
+  }
+  groups_.push_back(std::move(group));
+  on_group_added(index);
+}
+
+size_t Optimizer::check_group(size_t group, const char* what) const {
+  EMBER_CHECK(group < groups_.size(), name(), ".", what, ": group ", group, " out of range (",
+              groups_.size(), " groups)");
+  return group;
+}
+
+void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g) set_lr(g, lr);
+}
+
+void Optimizer::set_lr(size_t group, double lr) {
+  check_group(group, "set_lr");
+  // Validate on a copy so a rejected value leaves the group as it was.
+  std::unique_ptr<OptimizerOptions> next = groups_[group].options->clone();
+  next->set_lr(lr);
+  validate_options(*next);
+  groups_[group].options = std::move(next);
+  on_lr_changed(group);
+}
+
+double Optimizer::get_lr(size_t group) const {
+  check_group(group, "get_lr");
+  return groups_[group].options->get_lr();
+}
+
+}  // namespace ember::optim

@@ -1,0 +1,154 @@
+#pragma once
+// Stochastic gradient descent with PyTorch's exact semantics (torch.optim.SGD): lr, momentum,
+// dampening, weight_decay, nesterov, maximize.
+//
+// One step issues ONE `sgd_update` op per (parameter group, device, dtype) — a single kernel
+// for all those parameters on CUDA — instead of a loop of small ops. Its inputs are
+//   [hyper, step, params..., grads..., (momentum buffers...)]     (core/op.h, core/meta.cpp)
+//   hyper: float32[4] {lr, momentum, dampening, weight_decay} on the parameters' device
+//   step:  float32 scalar, the number of updates this group has taken so far
+// and per element, in the parameter's compute type (float for 16-bit floats):
+//   g = maximize ? -grad : grad
+//   if weight_decay != 0:    g += weight_decay * p
+//   if momentum_buffers:     buf = step == 0 ? g : momentum * buf + (1 - dampening) * g
+//                            g = nesterov ? g + momentum * buf : buf
+//   p -= lr * g
+// (`step == 0` makes the first buffer a copy of g, PyTorch's clone.) Hyperparameters and the
+// step live in device memory the optimizer owns, so set_lr() and schedulers write a number
+// there and nothing on the step path reads device memory on the host: a compiled step replays
+// with new values and no recompile.
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace ember::optim {
+
+class SGDOptions final : public OptimizerOptions {
+ public:
+  explicit SGDOptions(double lr = 1e-3) : lr_(lr) {}
+
+  SGDOptions& lr(double v) {
+    lr_ = v;
+    return *this;
+  }
+  SGDOptions& momentum(double v) {
+    momentum_ = v;
+    return *this;
+  }
+  SGDOptions& dampening(double v) {
+    dampening_ = v;
+    return *this;
+  }
+  SGDOptions& weight_decay(double v) {
+    weight_decay_ = v;
+    return *this;
+  }
+  SGDOptions& nesterov(bool v) {
+    nesterov_ = v;
+    return *this;
+  }
+  SGDOptions& maximize(bool v) {
+    maximize_ = v;
+    return *this;
+  }
+  double lr() const { return lr_; }
+  double momentum() const { return momentum_; }
+  double dampening() const { return dampening_; }
+  double weight_decay() const { return weight_decay_; }
+  bool nesterov() const { return nesterov_; }
+  bool maximize() const { return maximize_; }
+
+  // PyTorch's checks: lr >= 0, momentum >= 0, weight_decay >= 0, nesterov needs momentum > 0
+  // and dampening == 0. Throws ember::Error naming the value.
+  void validate() const;
+
+  std::unique_ptr<OptimizerOptions> clone() const override {
+    return std::make_unique<SGDOptions>(*this);
+  }
+  double get_lr() const override { return lr_; }
+  void set_lr(double v) override { lr_ = v; }
+
+ private:
+  double lr_;
+  double momentum_ = 0, dampening_ = 0, weight_decay_ = 0;
+  bool nesterov_ = false, maximize_ = false;
+};
+
+class SGD final : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, const SGDOptions& options);
+  // Groups without options take `defaults`.
+  SGD(std::vector<ParamGroup> groups, const SGDOptions& defaults);
+
+  void step() override;
+  std::string_view name() const override { return "SGD"; }
+
+  // The host copy of a group's options.
+  const SGDOptions& options(size_t group = 0) const;
+  // Replace a group's options (validated first; an error changes nothing). Numbers are written
+  // into the group's device hyperparameters in place; nesterov/maximize are host flags of the
+  // update op.
+  void set_options(size_t group, const SGDOptions& options);
+  void set_momentum(size_t group, double v);
+  void set_dampening(size_t group, double v);
+  void set_weight_decay(size_t group, double v);
+  void set_nesterov(size_t group, bool v);
+  void set_maximize(size_t group, bool v);
+
+  // Parameter `index` of `group`'s momentum buffer: undefined until the parameter's first
+  // update with momentum.
+  Tensor momentum_buffer(size_t group, size_t index) const;
+  // Updates the group has taken (steps on which at least one of its parameters had a gradient).
+  int64_t steps(size_t group) const;
+
+  // Keys: "param_groups.<g>.options" float64 {lr, momentum, dampening, weight_decay},
+  // "param_groups.<g>.step" float32 scalar, "state.<g>.<i>.momentum_buffer"; metadata
+  // "optimizer" = "SGD", "param_groups", "param_groups.<g>.params|nesterov|maximize".
+  // The tensors alias the live state.
+  OptimizerState state_dict() const override;
+  void load_state_dict(const OptimizerState& state) override;
+
+ private:
+  // The device-resident numbers of one group on one device.
+  struct DeviceSlot {
+    Device device;
+    Tensor hyper;      // float32[4] {lr, momentum, dampening, weight_decay}
+    Tensor step;       // float32 scalar
+    Tensor one;        // float32 scalar 1 on the device: the step's increment, made once
+    Tensor zero_step;  // float32 scalar 0, never written: for buffers created after step 0
+  };
+  struct GroupState {
+    std::vector<Tensor> buffers;  // per parameter, undefined until first needed
+    std::vector<DeviceSlot> slots;
+    int64_t steps = 0;  // host mirror of `step`, so step() never reads the device
+  };
+  // The parameters of one group sharing a device and dtype, gathered for one dispatch.
+  struct Bucket {
+    Device device;
+    DType dtype;
+    std::vector<size_t> ready;  // buffers that already hold momentum (or no buffers at all)
+    std::vector<size_t> fresh;  // buffers created this step after the group's first step
+  };
+
+  void validate_options(const OptimizerOptions& options) const override;
+  void on_group_added(size_t group) override;
+  void on_lr_changed(size_t group) override;
+
+  void check_grads() const;
+  size_t slot_for(size_t group, Device device);
+  void write_hyper(size_t group, int which, double value);
+  // One sgd_update over parameters `idx` of `group` on slot `slot`'s device; `first_step`
+  // reads a step of 0 (fresh momentum buffers) instead of the group's counter.
+  void run_update(size_t group, size_t slot, const std::vector<size_t>& idx, bool first_step);
+
+  std::vector<GroupState> state_;
+  // Scratch reused by every step() so the step path does not allocate once warm.
+  std::vector<Bucket> buckets_;
+  std::vector<Tensor> grads_;
+  std::vector<Tensor> inputs_;
+};
+
+}  // namespace ember::optim
