@@ -4,7 +4,6 @@
 //   mlp [--batch 64] [--steps 500] [--device auto|cpu|cuda|cuda:N] [--seed 0] [--momentum 0]
 //       [--lr 0.01] [--warmup 20] [--log-every 100]
 #include <ember/ember.h>
-#include "optim/sgd.h"  // until the umbrella header includes optim/
 
 #include <CLI/CLI.hpp>
 #include <chrono>

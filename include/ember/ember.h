@@ -1,7 +1,7 @@
 #pragma once
 // Ember's umbrella header: `#include <ember/ember.h>` gives the whole public API.
-// Later layers (autograd, nn, optim, jit) add their headers here as they land.
 
+#include "autograd/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/generator.h"
@@ -21,3 +21,8 @@
 #include "nn/module_list.h"
 #include "nn/options.h"
 #include "nn/sequential.h"
+#include "nn/serialize.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "optim/serialize.h"
+#include "optim/sgd.h"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cuda_runtime.h"
+#include "core/dispatch.h"
 #include "core/factory.h"
 #include "core/op_table_harness.h"
 #include "core/ops.h"
@@ -45,6 +46,17 @@ EMBER_BINARY_API(le)
 EMBER_BINARY_API(gt)
 EMBER_BINARY_API(ge)
 #undef EMBER_BINARY_API
+// gelu_backward has no public wrapper (autograd dispatches it): promote like the API would.
+Tensor api_gelu_backward(const Tensor& g, const Tensor& x) {
+  const Tensor both[2] = {g, x};
+  const DType t = result_type(both);
+  return dispatch(OpId::gelu_backward, {g.to(t), x.to(t)});
+}
+double gelu_grad_ref(double g, double x) {
+  const double cdf = 0.5 * (1 + std::erf(x / std::sqrt(2.0)));
+  const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+  return g * (cdf + x * pdf);
+}
 
 double b2d(bool b) { return b ? 1.0 : 0.0; }
 
@@ -70,6 +82,8 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::tanh, unary_trials, D::Any, D::Any, [](double x) { return std::tanh(x); }, nullptr,
        api_tanh},
       {OpId::gelu, gelu_trials},
+      {OpId::gelu_backward, binary_trials, D::Any, D::Any, nullptr, gelu_grad_ref, nullptr,
+       api_gelu_backward},
       {OpId::clamp, clamp_trials},
       {OpId::cast, cast_trials},
       {OpId::fill, fill_trials},
