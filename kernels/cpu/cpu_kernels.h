@@ -11,6 +11,6 @@ void cross_entropy(const KernelCall& call);  // cross_entropy.cpp
 void index(const KernelCall& call);      // index.cpp (gather, index_select, one_hot)
 void cat(const KernelCall& call);        // cat.cpp
 void arange(const KernelCall& call);     // factory.cpp
-void random(const KernelCall& call);
-void multi_tensor(const KernelCall& call);  // sgd_update (optim/)     // random.cpp
+void random(const KernelCall& call);     // random.cpp
+void multi_tensor(const KernelCall& call);  // multi_tensor.cpp (sgd_update)
 }  // namespace ember::kernels::cpu
