@@ -37,8 +37,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
                 " does not require grad and has no grad_fn");
     Tensor g = grads[i];
     if (!g.defined()) {
-      EMBER_CHECK(t.numel() == 1, "backward: a gradient must be given for a non-scalar tensor "
-                  "of shape ", t.sizes());
+      EMBER_CHECK(t.numel() == 1,
+                  "backward: a gradient must be given for a non-scalar tensor "
+                  "of shape ",
+                  t.sizes());
       g = ones_like(t);
     } else {
       EMBER_CHECK(g.sizes() == t.sizes(), "backward: gradient of shape ", g.sizes(),
@@ -100,8 +102,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       Node* m = e.fn.get();
       if (i < out.size() && out[i].defined()) {
         auto it = buffer.find(m);
-        if (it == buffer.end()) buffer.emplace(m, std::move(out[i]));
-        else it->second = add(it->second, out[i]);
+        if (it == buffer.end())
+          buffer.emplace(m, std::move(out[i]));
+        else
+          it->second = add(it->second, out[i]);
       }
       if (--pending[m] == 0) ready.push(m);
     }

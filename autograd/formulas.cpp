@@ -27,8 +27,10 @@ bool is_differentiable(OpId op) {
     case OpId::fill:
     case OpId::gelu_backward:  // second derivatives are not supported
     case OpId::cross_entropy_backward:
-    case OpId::sgd_update: return false;
-    default: return true;
+    case OpId::sgd_update:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -39,7 +41,9 @@ SavePlan save_plan(OpId op, const std::vector<bool>& need) {
     case OpId::abs:
     case OpId::log:
     case OpId::gelu:
-    case OpId::clamp: p.input[0] = true; break;
+    case OpId::clamp:
+      p.input[0] = true;
+      break;
     case OpId::relu:
     case OpId::exp:
     case OpId::sqrt:
@@ -47,7 +51,9 @@ SavePlan save_plan(OpId op, const std::vector<bool>& need) {
     case OpId::sigmoid:
     case OpId::tanh:
     case OpId::softmax:
-    case OpId::log_softmax: p.output = true; break;
+    case OpId::log_softmax:
+      p.output = true;
+      break;
     case OpId::mul:
     case OpId::mm:
     case OpId::bmm:
@@ -63,19 +69,28 @@ SavePlan save_plan(OpId op, const std::vector<bool>& need) {
       p.output = n(1);
       break;
     case OpId::maximum:
-    case OpId::minimum: p.input[0] = p.input[1] = true; break;
-    case OpId::where: p.input[0] = true; break;
+    case OpId::minimum:
+      p.input[0] = p.input[1] = true;
+      break;
+    case OpId::where:
+      p.input[0] = true;
+      break;
     case OpId::amax:
     case OpId::amin:
     case OpId::logsumexp:
       p.input[0] = true;
       p.output = true;
       break;
-    case OpId::cross_entropy: p.input[0] = p.input[1] = true; break;
+    case OpId::cross_entropy:
+      p.input[0] = p.input[1] = true;
+      break;
     case OpId::gather:
     case OpId::index_select:
-    case OpId::scatter_add: p.input[1] = true; break;
-    default: break;
+    case OpId::scatter_add:
+      p.input[1] = true;
+      break;
+    default:
+      break;
   }
   return p;
 }
@@ -121,17 +136,27 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
   const Attrs& a = n.attrs;
 
   switch (n.op) {
-    case OpId::neg: r[0] = neg(g); break;
+    case OpId::neg:
+      r[0] = neg(g);
+      break;
     case OpId::abs: {
       const Tensor x = in(n, 0);
       const DType t = x.dtype();
       r[0] = g * (cast(gt(x, 0), t) - cast(lt(x, 0), t));
       break;
     }
-    case OpId::relu: r[0] = where(gt(out(n), 0), g, 0); break;
-    case OpId::exp: r[0] = g * out(n); break;
-    case OpId::log: r[0] = g / in(n, 0); break;
-    case OpId::sqrt: r[0] = g / (out(n) * 2); break;
+    case OpId::relu:
+      r[0] = where(gt(out(n), 0), g, 0);
+      break;
+    case OpId::exp:
+      r[0] = g * out(n);
+      break;
+    case OpId::log:
+      r[0] = g / in(n, 0);
+      break;
+    case OpId::sqrt:
+      r[0] = g / (out(n) * 2);
+      break;
     case OpId::rsqrt: {
       const Tensor y = out(n);
       r[0] = g * (y * y * y) * -0.5;
@@ -209,7 +234,9 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       if (need(2)) r[2] = sum_to(where(c, 0, g), shape(2));
       break;
     }
-    case OpId::sum: r[0] = unreduce(g, n).expand(shape(0)); break;
+    case OpId::sum:
+      r[0] = unreduce(g, n).expand(shape(0));
+      break;
     case OpId::mean:
       r[0] = unreduce(g / static_cast<double>(reduced_count(n)), n).expand(shape(0));
       break;
@@ -222,7 +249,9 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       r[0] = where(m, unreduce(g, n) / count, 0);
       break;
     }
-    case OpId::logsumexp: r[0] = unreduce(g, n) * exp(in(n, 0) - unreduce(out(n), n)); break;
+    case OpId::logsumexp:
+      r[0] = unreduce(g, n) * exp(in(n, 0) - unreduce(out(n), n));
+      break;
     case OpId::mm:
       if (need(0)) r[0] = mm(g, in(n, 1).t());
       if (need(1)) r[1] = mm(in(n, 0).t(), g);
@@ -236,7 +265,9 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       r[0] = y * (g - sum(g * y, {a.dim}, /*keepdim=*/true));
       break;
     }
-    case OpId::log_softmax: r[0] = g - exp(out(n)) * sum(g, {a.dim}, /*keepdim=*/true); break;
+    case OpId::log_softmax:
+      r[0] = g - exp(out(n)) * sum(g, {a.dim}, /*keepdim=*/true);
+      break;
     case OpId::cross_entropy:
       r[0] = dispatch(OpId::cross_entropy_backward, {g.contiguous(), in(n, 0), in(n, 1)}, a);
       break;
@@ -258,7 +289,9 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       r[0] = dispatch(OpId::scatter_add, {g.contiguous(), idx}, sa);
       break;
     }
-    case OpId::scatter_add: r[0] = gather(g, a.dim, in(n, 1)); break;
+    case OpId::scatter_add:
+      r[0] = gather(g, a.dim, in(n, 1));
+      break;
     case OpId::cat: {
       int64_t off = 0;
       for (size_t i = 0; i < k; ++i) {
@@ -268,7 +301,9 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       }
       break;
     }
-    case OpId::view: r[0] = g.reshape(shape(0)); break;
+    case OpId::view:
+      r[0] = g.reshape(shape(0));
+      break;
     case OpId::permute: {
       Dims inv = Dims::filled(a.dims.size(), 0);
       for (int i = 0; i < a.dims.size(); ++i) inv[a.dims[i]] = i;
@@ -281,8 +316,12 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       r[0] = z;
       break;
     }
-    case OpId::expand: r[0] = sum_to(g, shape(0)); break;
-    case OpId::to_device: r[0] = g.to(n.inputs[0].device); break;
+    case OpId::expand:
+      r[0] = sum_to(g, shape(0));
+      break;
+    case OpId::to_device:
+      r[0] = g.to(n.inputs[0].device);
+      break;
     default:
       EMBER_FAIL(op_name(n.op), ": has no backward formula");
   }

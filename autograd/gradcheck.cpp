@@ -22,7 +22,8 @@ std::string gradcheck_report(const GradcheckFn& fn, const std::vector<Tensor>& i
   // Analytical Jacobian rows, one backward per output element.
   std::vector<std::vector<double>> analytic(inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k)
-    if (inputs[k].requires_grad()) analytic[k].assign(static_cast<size_t>(m * inputs[k].numel()), 0);
+    if (inputs[k].requires_grad())
+      analytic[k].assign(static_cast<size_t>(m * inputs[k].numel()), 0);
   for (int64_t j = 0; j < m; ++j) {
     std::vector<double> onehot(static_cast<size_t>(m), 0.0);
     onehot[static_cast<size_t>(j)] = 1.0;

@@ -52,7 +52,7 @@ struct Node {
   virtual std::string name() const = 0;
   virtual void release_saved() {}
 
-  std::vector<Edge> next;  // one per forward input; invalid where no gradient flows
+  std::vector<Edge> next;    // one per forward input; invalid where no gradient flows
   uint64_t sequence_nr = 0;  // creation order: later nodes run first
 };
 
@@ -91,7 +91,7 @@ struct AutogradMeta {
   Tensor grad;
   std::shared_ptr<autograd::Node> grad_fn;
   std::weak_ptr<autograd::Node> grad_accumulator;  // shared by every use of a leaf
-  bool is_view = false;  // recorded output of a view op
+  bool is_view = false;                            // recorded output of a view op
   // For a recorded view: its base and the base's grad_fn when the view was taken. A later
   // recorded in-place write to the base gives it a new grad_fn, and the view's history is stale.
   std::weak_ptr<TensorImpl> view_base;

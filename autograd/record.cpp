@@ -96,8 +96,8 @@ void record(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const T
     if (!plan.input[i]) continue;
     if (inplace && inputs[i].is_same(out)) {
       // The value before the write, copied by check_inplace.
-      node->saved_inputs[i] = t_presaved.defined() ? SavedTensor(t_presaved, false)
-                                                   : SavedTensor(inputs[i], true);
+      node->saved_inputs[i] =
+          t_presaved.defined() ? SavedTensor(t_presaved, false) : SavedTensor(inputs[i], true);
     } else {
       node->saved_inputs[i] = SavedTensor(inputs[i], false);
     }

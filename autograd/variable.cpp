@@ -13,13 +13,16 @@ Tensor& Tensor::requires_grad_(bool on) {
   EMBER_CHECK(defined(), "requires_grad_: undefined tensor");
   AutogradMeta* m = impl()->autograd.get();
   if (!on) {
-    EMBER_CHECK(!m || !m->grad_fn, "requires_grad_: only leaf tensors can stop requiring grad; "
+    EMBER_CHECK(!m || !m->grad_fn,
+                "requires_grad_: only leaf tensors can stop requiring grad; "
                 "use detach() for a non-leaf");
     if (m) m->requires_grad = false;
     return *this;
   }
-  EMBER_CHECK(is_floating(dtype()), "requires_grad_: only floating-point tensors can require "
-              "gradients, got ", dtype_name(dtype()));
+  EMBER_CHECK(is_floating(dtype()),
+              "requires_grad_: only floating-point tensors can require "
+              "gradients, got ",
+              dtype_name(dtype()));
   autograd::install();
   autograd::meta(*this).requires_grad = true;
   return *this;

@@ -27,6 +27,8 @@ Allocator* cpu_allocator() {
   return &a;
 }
 
-Allocator* allocator_for(Device d) { return d.is_cpu() ? cpu_allocator() : cuda_allocator(d.index); }
+Allocator* allocator_for(Device d) {
+  return d.is_cpu() ? cpu_allocator() : cuda_allocator(d.index);
+}
 
 }  // namespace ember

@@ -16,10 +16,10 @@ void copy_device_to_host(void* dst, const void* src, size_t n, int device);
 void copy_device_to_device(void* dst, const void* src, size_t n, int device);
 
 struct AllocatorStats {
-  int64_t allocated = 0;       // bytes in live blocks handed out
-  int64_t reserved = 0;        // bytes obtained from cudaMalloc
-  int64_t peak_allocated = 0;  // high-water mark of `allocated`
-  int64_t num_allocs = 0;      // allocate() calls
+  int64_t allocated = 0;           // bytes in live blocks handed out
+  int64_t reserved = 0;            // bytes obtained from cudaMalloc
+  int64_t peak_allocated = 0;      // high-water mark of `allocated`
+  int64_t num_allocs = 0;          // allocate() calls
   int64_t num_device_mallocs = 0;  // cudaMalloc calls (cache misses)
 };
 AllocatorStats memory_stats(int device = 0);

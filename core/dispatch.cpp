@@ -81,8 +81,10 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
       if (attrs.momentum_buffers)
         for (int64_t i = 0; i < n; ++i) ++inputs[2 + 2 * n + i].impl()->storage->version;
       const KernelCall call{op, inputs, attrs, result};
-      if (m.device.is_cpu()) kernels::run_cpu(call);
-      else kernels::run_cuda(call);
+      if (m.device.is_cpu())
+        kernels::run_cpu(call);
+      else
+        kernels::run_cuda(call);
     } else if (kind == OpKind::View) {
       EMBER_CHECK(!out, op_name(op), ": a view op cannot write into an output");
       result = make_view(inputs[0], m);
@@ -94,9 +96,8 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
         EMBER_CHECK(out->defined(), op_name(op), ": output tensor is undefined");
         EMBER_CHECK(out->sizes() == m.shape, op_name(op), ": result of shape ", m.shape,
                     " cannot be written into a tensor of shape ", out->sizes());
-        EMBER_CHECK(out->dtype() == m.dtype, op_name(op), ": result of dtype ",
-                    dtype_name(m.dtype), " cannot be written into a tensor of dtype ",
-                    dtype_name(out->dtype()));
+        EMBER_CHECK(out->dtype() == m.dtype, op_name(op), ": result of dtype ", dtype_name(m.dtype),
+                    " cannot be written into a tensor of dtype ", dtype_name(out->dtype()));
         EMBER_CHECK(out->device() == m.device, op_name(op), ": result on ", m.device.str(),
                     " cannot be written into a tensor on ", out->device().str());
         result = *out;

@@ -21,12 +21,16 @@ inline constexpr DType kBool = DType::Bool;
 constexpr int64_t element_size(DType t) {
   switch (t) {
     case DType::Float64:
-    case DType::Int64: return 8;
+    case DType::Int64:
+      return 8;
     case DType::Float32:
-    case DType::Int32: return 4;
+    case DType::Int32:
+      return 4;
     case DType::Float16:
-    case DType::BFloat16: return 2;
-    case DType::Bool: return 1;
+    case DType::BFloat16:
+      return 2;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
@@ -50,28 +54,76 @@ inline constexpr DTypeSet kIndexTypes = dtype_bit(kInt32) | dtype_bit(kInt64);
 constexpr bool in_set(DTypeSet s, DType t) { return (s & dtype_bit(t)) != 0; }
 
 // C++ type of each dtype on the host.
-template <DType T> struct CppType;
-template <> struct CppType<DType::Float32> { using type = float; };
-template <> struct CppType<DType::Float64> { using type = double; };
-template <> struct CppType<DType::Float16> { using type = Half; };
-template <> struct CppType<DType::BFloat16> { using type = BFloat16; };
-template <> struct CppType<DType::Int32> { using type = int32_t; };
-template <> struct CppType<DType::Int64> { using type = int64_t; };
-template <> struct CppType<DType::Bool> { using type = bool; };
+template <DType T>
+struct CppType;
+template <>
+struct CppType<DType::Float32> {
+  using type = float;
+};
+template <>
+struct CppType<DType::Float64> {
+  using type = double;
+};
+template <>
+struct CppType<DType::Float16> {
+  using type = Half;
+};
+template <>
+struct CppType<DType::BFloat16> {
+  using type = BFloat16;
+};
+template <>
+struct CppType<DType::Int32> {
+  using type = int32_t;
+};
+template <>
+struct CppType<DType::Int64> {
+  using type = int64_t;
+};
+template <>
+struct CppType<DType::Bool> {
+  using type = bool;
+};
 
-template <class T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = kFloat64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = kBFloat16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = kInt32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = kInt64; };
-template <> struct DTypeOf<bool> { static constexpr DType value = kBool; };
+template <class T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = kFloat32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = kFloat64;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = kFloat16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = kBFloat16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = kInt32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = kInt64;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = kBool;
+};
 
 // Calls f(tag) with tag::type the C++ type of `t`, for each dtype in `allowed`.
-template <class T> struct TypeTag { using type = T; };
-#define EMBER_DTYPE_CASE(D, F)                                  \
-  case D: return F(TypeTag<typename CppType<D>::type>{});
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+#define EMBER_DTYPE_CASE(D, F) \
+  case D:                      \
+    return F(TypeTag<typename CppType<D>::type>{});
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {

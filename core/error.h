@@ -24,8 +24,8 @@ template <class... Args>
 }  // namespace ember
 
 // EMBER_CHECK(cond, "op: ", a, " vs ", b): the message is only built when cond fails.
-#define EMBER_CHECK(cond, ...)                                          \
-  do {                                                                  \
+#define EMBER_CHECK(cond, ...)                                                   \
+  do {                                                                           \
     if (__builtin_expect(!(cond), 0)) ::ember::detail::throw_error(__VA_ARGS__); \
   } while (0)
 #define EMBER_FAIL(...) ::ember::detail::throw_error(__VA_ARGS__)

@@ -19,8 +19,12 @@ Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0, o); }
 Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1, o); }
 
 Tensor empty_like(const Tensor& t) { return make_empty(t.sizes(), t.dtype(), t.device()); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.sizes(), TensorOptions(t.dtype()).device(t.device()));
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.sizes(), TensorOptions(t.dtype()).device(t.device()));
+}
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions o) {
   const double s = start.to_double(), e = end.to_double(), st = step.to_double();

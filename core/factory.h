@@ -13,8 +13,16 @@ struct TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType t) : dtype_(t) {}    // NOLINT
   TensorOptions(Device d) : device_(d) {}  // NOLINT
-  TensorOptions dtype(DType t) const { auto o = *this; o.dtype_ = t; return o; }
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions dtype(DType t) const {
+    auto o = *this;
+    o.dtype_ = t;
+    return o;
+  }
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    return o;
+  }
 };
 
 Tensor empty(const Shape& shape, TensorOptions opts = {});

@@ -41,7 +41,10 @@ struct Half {
         x = sign;
       } else {  // subnormal: normalise
         e = 113;
-        while (!(m & 0x400u)) { m <<= 1; --e; }
+        while (!(m & 0x400u)) {
+          m <<= 1;
+          --e;
+        }
         x = sign | (e << 23) | ((m & 0x3ffu) << 13);
       }
     } else if (e == 31) {

@@ -23,8 +23,9 @@ Device common_device(OpId op, std::span<const Tensor> in, bool allow_host_scalar
       found = true;
       continue;
     }
-    EMBER_CHECK(in[i].device() == dev, op_name(op), ": expected all tensors on one device, but input 0 is on ",
-                dev.str(), " and input ", i, " is on ", in[i].device().str());
+    EMBER_CHECK(in[i].device() == dev, op_name(op),
+                ": expected all tensors on one device, but input 0 is on ", dev.str(),
+                " and input ", i, " is on ", in[i].device().str());
   }
   return dev;
 }
@@ -37,11 +38,16 @@ void check_dtype(OpId op, DType t, int input) {
 DType apply_rule(OpId op, DType in) {
   switch (op_info(op).rule) {
     case OutRule::Same:
-    case OutRule::IntToFloat: return in;
-    case OutRule::ToBool: return kBool;
-    case OutRule::ToInt64: return is_floating(in) ? in : kInt64;
-    case OutRule::Index: return kInt64;
-    case OutRule::Cast: return in;  // handled by the caller
+    case OutRule::IntToFloat:
+      return in;
+    case OutRule::ToBool:
+      return kBool;
+    case OutRule::ToInt64:
+      return is_floating(in) ? in : kInt64;
+    case OutRule::Index:
+      return kInt64;
+    case OutRule::Cast:
+      return in;  // handled by the caller
   }
   return in;
 }
@@ -59,12 +65,14 @@ OutputMeta pointwise_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                 dtype_name(in[0].dtype()));
   const DType t = in[first].dtype();
   for (size_t i = first + 1; i < in.size(); ++i)
-    EMBER_CHECK(in[i].dtype() == t, op_name(op), ": inputs must share a dtype after promotion, got ",
-                dtype_name(t), " and ", dtype_name(in[i].dtype()));
+    EMBER_CHECK(in[i].dtype() == t, op_name(op),
+                ": inputs must share a dtype after promotion, got ", dtype_name(t), " and ",
+                dtype_name(in[i].dtype()));
   check_dtype(op, t, static_cast<int>(first));
   m.dtype = op == OpId::cast ? a.dtype : apply_rule(op, t);
   m.shape = in[0].sizes();
-  for (size_t i = 1; i < in.size(); ++i) m.shape = broadcast_shapes(m.shape, in[i].sizes(), cname(op));
+  for (size_t i = 1; i < in.size(); ++i)
+    m.shape = broadcast_shapes(m.shape, in[i].sizes(), cname(op));
   if (op == OpId::clamp)
     EMBER_CHECK(a.has_lo || a.has_hi, "clamp: at least one of min and max must be given");
   return m;
@@ -79,7 +87,8 @@ OutputMeta reduce_meta(OpId op, const Tensor& x, const Attrs& a) {
   int prev = -1;
   for (int64_t d : a.dims) {
     EMBER_CHECK(d > prev && d < std::max(nd, 1), op_name(op),
-                ": reduce dims must be sorted, unique and in range for ", nd, " dims, got ", a.dims);
+                ": reduce dims must be sorted, unique and in range for ", nd, " dims, got ",
+                a.dims);
     prev = static_cast<int>(d);
   }
   EMBER_CHECK(!a.dims.empty(), op_name(op), ": no dims to reduce");
@@ -90,8 +99,10 @@ OutputMeta reduce_meta(OpId op, const Tensor& x, const Attrs& a) {
   for (int d = 0; d < nd; ++d) {
     const bool r = std::find(a.dims.begin(), a.dims.end(), d) != a.dims.end();
     if (r) reduced *= x.size(d);
-    if (!r) m.shape.push_back(x.size(d));
-    else if (a.keepdim) m.shape.push_back(1);
+    if (!r)
+      m.shape.push_back(x.size(d));
+    else if (a.keepdim)
+      m.shape.push_back(1);
   }
   if (op == OpId::amax || op == OpId::amin || op == OpId::argmax)
     EMBER_CHECK(reduced > 0, op_name(op), ": cannot reduce over zero elements (shape ", x.sizes(),
@@ -124,35 +135,6 @@ OutputMeta matmul_meta(OpId op, std::span<const Tensor> in) {
   return m;
 }
 
-// Strides that let a tensor of (sizes, strides) be read as `shape` without a copy, if any.
-bool view_strides(const Shape& sizes, const Strides& strides, const Shape& shape, Strides& out) {
-  out.resize(shape.size());
-  if (numel_of(sizes) == 0 || sizes.size() == 0) {
-    out = contiguous_strides(shape);
-    return true;
-  }
-  int vd = shape.size() - 1;
-  int64_t chunk_stride = strides.back(), tensor_numel = 1, view_numel = 1;
-  for (int td = sizes.size() - 1; td >= 0; --td) {
-    tensor_numel *= sizes[td];
-    const bool chunk_ends =
-        td == 0 || (sizes[td - 1] != 1 && strides[td - 1] != tensor_numel * chunk_stride);
-    if (!chunk_ends) continue;
-    while (vd >= 0 && (view_numel < tensor_numel || shape[vd] == 1)) {
-      out[vd] = view_numel * chunk_stride;
-      view_numel *= shape[vd];
-      --vd;
-    }
-    if (view_numel != tensor_numel) return false;
-    if (td > 0) {
-      chunk_stride = strides[td - 1];
-      tensor_numel = 1;
-      view_numel = 1;
-    }
-  }
-  return vd == -1;
-}
-
 OutputMeta view_meta(OpId op, const Tensor& x, const Attrs& a) {
   OutputMeta m;
   m.device = x.device();
@@ -165,7 +147,7 @@ OutputMeta view_meta(OpId op, const Tensor& x, const Attrs& a) {
         EMBER_CHECK(s >= 0, "view: invalid size ", s, " in shape ", a.shape);
       EMBER_CHECK(numel_of(a.shape) == x.numel(), "view: shape ", a.shape, " is invalid for ",
                   x.numel(), " elements (input shape ", x.sizes(), ")");
-      EMBER_CHECK(view_strides(x.sizes(), x.strides(), a.shape, m.strides), "view: shape ",
+      EMBER_CHECK(compute_view_strides(x.sizes(), x.strides(), a.shape, m.strides), "view: shape ",
                   a.shape, " is not compatible with the input's shape ", x.sizes(), " and strides ",
                   x.strides(), "; use reshape (it copies)");
       m.shape = a.shape;
@@ -215,14 +197,15 @@ OutputMeta view_meta(OpId op, const Tensor& x, const Attrs& a) {
           continue;
         }
         if (want == -1) want = x.size(j);
-        EMBER_CHECK(x.size(j) == want || x.size(j) == 1, "expand: cannot expand shape ",
-                    x.sizes(), " to ", a.shape, " (dim ", i, ": ", x.size(j), " -> ", want, ")");
+        EMBER_CHECK(x.size(j) == want || x.size(j) == 1, "expand: cannot expand shape ", x.sizes(),
+                    " to ", a.shape, " (dim ", i, ": ", x.size(j), " -> ", want, ")");
         m.shape[i] = want;
         m.strides[i] = x.size(j) == want ? x.stride(j) : 0;
       }
       break;
     }
-    default: EMBER_FAIL(op_name(op), ": not a view op");
+    default:
+      EMBER_FAIL(op_name(op), ": not a view op");
   }
   return m;
 }
@@ -255,11 +238,13 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
     }
     case OpKind::Unary:
     case OpKind::Binary:
-    case OpKind::Ternary: return pointwise_meta(op, in, a);
+    case OpKind::Ternary:
+      return pointwise_meta(op, in, a);
     case OpKind::Reduce:
       EMBER_CHECK(in.size() == 1, op_name(op), ": expected 1 input");
       return reduce_meta(op, in[0], a);
-    case OpKind::Matmul: return matmul_meta(op, in);
+    case OpKind::Matmul:
+      return matmul_meta(op, in);
     case OpKind::Softmax: {
       EMBER_CHECK(in.size() == 1, op_name(op), ": expected 1 input");
       check_dtype(op, in[0].dtype(), 0);
@@ -310,8 +295,8 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
         check_dtype(op, x.dtype(), 0);
         EMBER_CHECK(idx.dtype() == kInt64, "scatter_add: index must be int64, got ",
                     dtype_name(idx.dtype()));
-        EMBER_CHECK(idx.sizes() == x.sizes(), "scatter_add: index ", idx.sizes(),
-                    " and source ", x.sizes(), " must have one shape");
+        EMBER_CHECK(idx.sizes() == x.sizes(), "scatter_add: index ", idx.sizes(), " and source ",
+                    x.sizes(), " must have one shape");
         EMBER_CHECK(a.shape.size() == x.dim() && a.dim >= 0 && a.dim < std::max(x.dim(), 1),
                     "scatter_add: target shape ", a.shape, " and dim ", a.dim,
                     " do not fit a source of shape ", x.sizes());
@@ -364,7 +349,8 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       EMBER_CHECK(in.size() == 1, op_name(op), ": expected 1 input");
       return view_meta(op, in[0], a);
     case OpKind::Factory:
-    case OpKind::Random: return factory_meta(op, a);
+    case OpKind::Random:
+      return factory_meta(op, a);
     case OpKind::MultiTensor: {
       // sgd_update: [hyper, step, params..., grads..., (buffers...)], updated in place.
       const int64_t n = a.num_tensors;

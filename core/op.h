@@ -11,8 +11,21 @@
 namespace ember {
 
 enum class OpKind : uint8_t {
-  Nullary, Unary, Binary, Ternary, Reduce, Matmul, Softmax, Loss, Index, Cat, View, Factory,
-  Random, Transfer, MultiTensor
+  Nullary,
+  Unary,
+  Binary,
+  Ternary,
+  Reduce,
+  Matmul,
+  Softmax,
+  Loss,
+  Index,
+  Cat,
+  View,
+  Factory,
+  Random,
+  Transfer,
+  MultiTensor
 };
 enum class OutRule : uint8_t { Same, IntToFloat, ToBool, ToInt64, Index, Cast };
 
@@ -52,24 +65,24 @@ constexpr bool is_pointwise(OpKind k) {
 // Attributes of one op call. Each field says which ops read it; an op ignores the rest.
 // A plain struct (not a bag of untyped slots) so the tracer can hash and compare it cheaply.
 struct Attrs {
-  Shape shape;              // view, expand, factories, random: target shape
-  Dims dims;                // reductions: dims to reduce (empty = all); permute: the order
-  int64_t dim = 0;          // softmax, log_softmax, gather, index_select, cat, slice
-  int64_t start = 0, end = 0, step = 1;  // slice
-  bool keepdim = false;     // reductions
-  bool has_lo = false, has_hi = false;   // clamp
-  bool approximate_tanh = false;         // gelu
-  Scalar lo, hi;            // clamp bounds; randint [lo, hi)
-  Scalar value;             // fill
+  Shape shape;      // view, expand, factories, random: target shape
+  Dims dims;        // reductions: dims to reduce (empty = all); permute: the order
+  int64_t dim = 0;  // softmax, log_softmax, gather, index_select, cat, slice
+  int64_t start = 0, end = 0, step = 1;                   // slice
+  bool keepdim = false;                                   // reductions
+  bool has_lo = false, has_hi = false;                    // clamp
+  bool approximate_tanh = false;                          // gelu
+  Scalar lo, hi;                                          // clamp bounds; randint [lo, hi)
+  Scalar value;                                           // fill
   double range_start = 0, range_end = 0, range_step = 1;  // arange
-  DType dtype = kFloat32;   // cast, factories, random
-  Device device;            // factories, random, to_device
-  int64_t ignore_index = -100;  // cross_entropy(_backward)
-  double label_smoothing = 0;   // cross_entropy(_backward)
-  int64_t num_classes = -1;     // one_hot
+  DType dtype = kFloat32;                                 // cast, factories, random
+  Device device;                                          // factories, random, to_device
+  int64_t ignore_index = -100;                            // cross_entropy(_backward)
+  double label_smoothing = 0;                             // cross_entropy(_backward)
+  int64_t num_classes = -1;                               // one_hot
   uint64_t seed = 0, offset = 0;  // random: the Philox key and first counter
   // sgd_update: inputs are [hyper, step, params..., grads..., (momentum buffers...)]
-  int64_t num_tensors = 0;        // number of parameters
+  int64_t num_tensors = 0;  // number of parameters
   bool nesterov = false, maximize = false, momentum_buffers = false;
 };
 

@@ -63,7 +63,9 @@ DType compute_type(OpId op, DType rt) {
 Tensor as_type(const Tensor& t, DType d) { return t.dtype() == d ? t : cast(t, d); }
 
 // Wrapped numbers keep float64 precision on the host until cast to the compute type.
-Tensor wrap(const Scalar& s) { return wrap_scalar(s, s.is_floating() ? kFloat64 : s.natural_dtype()); }
+Tensor wrap(const Scalar& s) {
+  return wrap_scalar(s, s.is_floating() ? kFloat64 : s.natural_dtype());
+}
 
 void check_defined(const Tensor& t, OpId op) {
   EMBER_CHECK(t.defined(), op_name(op), ": undefined tensor");
@@ -182,8 +184,8 @@ Tensor le(const Tensor& a, const Tensor& b) { return binary(OpId::le, a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return binary(OpId::gt, a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary(OpId::ge, a, b); }
 
-#define EMBER_SCALAR_OVERLOADS(fn)                                                        \
-  Tensor fn(const Tensor& a, const Scalar& b) { return binary(OpId::fn, a, b); }          \
+#define EMBER_SCALAR_OVERLOADS(fn)                                               \
+  Tensor fn(const Tensor& a, const Scalar& b) { return binary(OpId::fn, a, b); } \
   Tensor fn(const Scalar& a, const Tensor& b) { return binary(OpId::fn, a, b); }
 EMBER_SCALAR_OVERLOADS(add)
 EMBER_SCALAR_OVERLOADS(sub)
@@ -243,7 +245,9 @@ Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, b); }
 
 // ---- reductions ---------------------------------------------------------------------------
 
-Tensor sum(const Tensor& a, const Dims& dims, bool keepdim) { return reduce(OpId::sum, a, dims, keepdim); }
+Tensor sum(const Tensor& a, const Dims& dims, bool keepdim) {
+  return reduce(OpId::sum, a, dims, keepdim);
+}
 Tensor mean(const Tensor& a, const Dims& dims, bool keepdim) {
   return reduce(OpId::mean, a, dims, keepdim);
 }
@@ -293,8 +297,8 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   EMBER_CHECK(da > 0 && db > 0, "matmul: both arguments need at least 1 dim, got shapes ",
               a.sizes(), " and ", b.sizes());
   if (da == 1 && db == 1) {
-    EMBER_CHECK(a.size(0) == b.size(0), "matmul: vectors of length ", a.size(0), " and ",
-                b.size(0), " have no dot product");
+    EMBER_CHECK(a.size(0) == b.size(0), "matmul: vectors of length ", a.size(0), " and ", b.size(0),
+                " have no dot product");
     return dispatch(OpId::mm, {a.view({1, a.size(0)}), b.view({b.size(0), 1})}).view({});
   }
   if (da == 2 && db == 2) return dispatch(OpId::mm, {a, b});
@@ -327,7 +331,8 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   ea.push_back(k);
   eb.push_back(k);
   eb.push_back(n);
-  Tensor r = dispatch(OpId::bmm, {a2.expand(ea).reshape({nb, m, k}), b2.expand(eb).reshape({nb, k, n})});
+  Tensor r =
+      dispatch(OpId::bmm, {a2.expand(ea).reshape({nb, m, k}), b2.expand(eb).reshape({nb, k, n})});
   Shape out = batch;
   if (da > 1) out.push_back(m);
   if (db > 1) out.push_back(n);
@@ -430,9 +435,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   std::vector<Tensor> parts;
   parts.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    EMBER_CHECK(tensors[i].defined() && tensors[i].sizes() == tensors[0].sizes(),
-                "stack: tensor ", i, " has shape ", tensors[i].sizes(), ", expected ",
-                tensors[0].sizes());
+    EMBER_CHECK(tensors[i].defined() && tensors[i].sizes() == tensors[0].sizes(), "stack: tensor ",
+                i, " has shape ", tensors[i].sizes(), ", expected ", tensors[0].sizes());
     parts.push_back(tensors[i].unsqueeze(d));
   }
   return cat(parts, d);

@@ -39,8 +39,8 @@ Tensor ge(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // Tensor-scalar forms wrap the scalar (it does not widen the tensor's dtype within a category).
-#define EMBER_SCALAR_OVERLOADS(fn)                 \
-  Tensor fn(const Tensor& a, const Scalar& b);     \
+#define EMBER_SCALAR_OVERLOADS(fn)             \
+  Tensor fn(const Tensor& a, const Scalar& b); \
   Tensor fn(const Scalar& a, const Tensor& b);
 EMBER_SCALAR_OVERLOADS(add)
 EMBER_SCALAR_OVERLOADS(sub)

@@ -23,10 +23,18 @@ struct Formatter {
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     switch (mode) {
-      case Mode::Int: std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v)); break;
-      case Mode::IntValuedFloat: std::snprintf(buf, sizeof buf, "%.0f.", v); break;
-      case Mode::Sci: std::snprintf(buf, sizeof buf, "%.4e", v); break;
-      default: std::snprintf(buf, sizeof buf, "%.4f", v); break;
+      case Mode::Int:
+        std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+        break;
+      case Mode::IntValuedFloat:
+        std::snprintf(buf, sizeof buf, "%.0f.", v);
+        break;
+      case Mode::Sci:
+        std::snprintf(buf, sizeof buf, "%.4e", v);
+        break;
+      default:
+        std::snprintf(buf, sizeof buf, "%.4f", v);
+        break;
     }
     return buf;
   }
@@ -39,8 +47,10 @@ struct Formatter {
 
 Formatter make_formatter(DType dtype, const std::vector<double>& shown) {
   Formatter f;
-  if (dtype == kBool) f.mode = Formatter::Mode::Bool;
-  else if (!is_floating(dtype)) f.mode = Formatter::Mode::Int;
+  if (dtype == kBool)
+    f.mode = Formatter::Mode::Bool;
+  else if (!is_floating(dtype))
+    f.mode = Formatter::Mode::Int;
   else {
     std::vector<double> finite;
     for (double v : shown)
@@ -52,10 +62,14 @@ Formatter make_formatter(DType dtype, const std::vector<double>& shown) {
       amax = std::max(amax, std::abs(v));
       if (v != 0) amin = std::min(amin, std::abs(v));
     }
-    if (finite.empty()) f.mode = Formatter::Mode::Float;
-    else if (int_valued) f.mode = amax > 1e8 ? Formatter::Mode::Sci : Formatter::Mode::IntValuedFloat;
-    else if (amax / amin > 1000.0 || amax > 1e8 || amin < 1e-4) f.mode = Formatter::Mode::Sci;
-    else f.mode = Formatter::Mode::Float;
+    if (finite.empty())
+      f.mode = Formatter::Mode::Float;
+    else if (int_valued)
+      f.mode = amax > 1e8 ? Formatter::Mode::Sci : Formatter::Mode::IntValuedFloat;
+    else if (amax / amin > 1000.0 || amax > 1e8 || amin < 1e-4)
+      f.mode = Formatter::Mode::Sci;
+    else
+      f.mode = Formatter::Mode::Float;
   }
   // Like PyTorch, only finite values set the width; nan and inf are printed unpadded.
   for (double v : shown)
@@ -130,9 +144,12 @@ std::string Tensor::str() const {
   p.fmt = make_formatter(dtype(), shown_values);
   std::string body;
   const std::string prefix = "tensor(";
-  if (dim() == 0) body = p.fmt.raw(values[0]);
-  else if (numel() == 0) body = "[]";
-  else body = p.render(0, 0, static_cast<int>(prefix.size()));
+  if (dim() == 0)
+    body = p.fmt.raw(values[0]);
+  else if (numel() == 0)
+    body = "[]";
+  else
+    body = p.render(0, 0, static_cast<int>(prefix.size()));
   std::ostringstream os;
   os << prefix << body;
   if (numel() == 0 && dim() > 1) {

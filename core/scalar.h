@@ -15,7 +15,7 @@ class Scalar {
   Scalar(T v) : kind_(Kind::Float), d_(static_cast<double>(v)) {}  // NOLINT
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)) {}  // NOLINT
-  Scalar(bool v) : kind_(Kind::Bool), i_(v) {}                      // NOLINT
+  Scalar(bool v) : kind_(Kind::Bool), i_(v) {}                    // NOLINT
 
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::Float; }

@@ -42,8 +42,8 @@ void Dims::erase(int pos) {
 }
 
 void Dims::resize(int n, int64_t fill) {
-  EMBER_CHECK(n >= 0 && n <= kMaxDims, "Shape: ", n, " dims are not supported (at most ",
-              kMaxDims, ")");
+  EMBER_CHECK(n >= 0 && n <= kMaxDims, "Shape: ", n, " dims are not supported (at most ", kMaxDims,
+              ")");
   for (int i = n_; i < n; ++i) d_[i] = fill;
   n_ = n;
 }
@@ -107,6 +107,36 @@ Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shap
     out[i] = (j < 0 || shape[j] == 1) ? 0 : strides[j];
   }
   return out;
+}
+
+// Strides that let a tensor of (sizes, strides) be read as `shape` without a copy, if any.
+bool compute_view_strides(const Shape& sizes, const Strides& strides, const Shape& shape,
+                          Strides& out) {
+  out.resize(shape.size());
+  if (numel_of(sizes) == 0 || sizes.size() == 0) {
+    out = contiguous_strides(shape);
+    return true;
+  }
+  int vd = shape.size() - 1;
+  int64_t chunk_stride = strides.back(), tensor_numel = 1, view_numel = 1;
+  for (int td = sizes.size() - 1; td >= 0; --td) {
+    tensor_numel *= sizes[td];
+    const bool chunk_ends =
+        td == 0 || (sizes[td - 1] != 1 && strides[td - 1] != tensor_numel * chunk_stride);
+    if (!chunk_ends) continue;
+    while (vd >= 0 && (view_numel < tensor_numel || shape[vd] == 1)) {
+      out[vd] = view_numel * chunk_stride;
+      view_numel *= shape[vd];
+      --vd;
+    }
+    if (view_numel != tensor_numel) return false;
+    if (td > 0) {
+      chunk_stride = strides[td - 1];
+      tensor_numel = 1;
+      view_numel = 1;
+    }
+  }
+  return vd == -1;
 }
 
 }  // namespace ember

@@ -34,9 +34,7 @@ class Dims {
   void clear() { n_ = 0; }
   std::vector<int64_t> vec() const { return {d_, d_ + n_}; }
 
-  bool operator==(const Dims& o) const {
-    return n_ == o.n_ && std::equal(d_, d_ + n_, o.d_);
-  }
+  bool operator==(const Dims& o) const { return n_ == o.n_ && std::equal(d_, d_ + n_, o.d_); }
   std::string str() const;  // "[2, 3]"
 
  private:
@@ -56,5 +54,10 @@ int wrap_dim(int64_t dim, int ndim, const char* op);
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Strides that make a tensor of (shape, strides) read as `target` (size-1 and missing dims get 0).
 Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& target);
+
+// Strides that let a tensor of (sizes, strides) be read as `shape` (same numel) without a copy;
+// false when its memory layout does not allow it (then a reshape must copy).
+bool compute_view_strides(const Shape& sizes, const Strides& strides, const Shape& shape,
+                          Strides& out);
 
 }  // namespace ember

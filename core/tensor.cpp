@@ -46,8 +46,10 @@ void store_as(void* dst, DType dtype, T v) {
 
 Tensor wrap_scalar(const Scalar& v, DType dtype) {
   Tensor t = make_empty({}, dtype, Device::cpu());
-  if (v.is_floating()) store_as(t.raw_data(), dtype, v.to_double());
-  else store_as(t.raw_data(), dtype, v.to_int());
+  if (v.is_floating())
+    store_as(t.raw_data(), dtype, v.to_double());
+  else
+    store_as(t.raw_data(), dtype, v.to_int());
   t.impl()->wrapped_number = true;
   return t;
 }
@@ -109,8 +111,8 @@ std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(p, p + h.numel());
 }
 
-#define EMBER_INSTANTIATE(T)                    \
-  template T Tensor::item<T>() const;           \
+#define EMBER_INSTANTIATE(T)          \
+  template T Tensor::item<T>() const; \
   template std::vector<T> Tensor::to_vector<T>() const;
 EMBER_INSTANTIATE(float)
 EMBER_INSTANTIATE(double)
@@ -169,8 +171,8 @@ Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
     }
   }
   if (infer >= 0) {
-    EMBER_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input of ",
-                numel, " elements");
+    EMBER_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape,
+                " is invalid for input of ", numel, " elements");
     out[infer] = numel / known;
   }
   EMBER_CHECK(numel_of(out) == numel, op, ": shape ", shape, " is invalid for input of ", numel,
@@ -190,11 +192,9 @@ Tensor Tensor::reshape(const Shape& shape) const {
   Attrs a;
   a.shape = s;
   // A view when the strides allow it, else a copy (like PyTorch).
-  try {
-    return dispatch(OpId::view, {*this}, a);
-  } catch (const Error&) {
-    return dispatch(OpId::view, {contiguous()}, a);
-  }
+  Strides unused;
+  if (compute_view_strides(sizes(), strides(), s, unused)) return dispatch(OpId::view, {*this}, a);
+  return dispatch(OpId::view, {contiguous()}, a);
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -360,11 +360,15 @@ Tensor& inplace_binary(Tensor& self, OpId op, const Tensor& other, const char* n
 }
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& other) { return inplace_binary(*this, OpId::add, other, "add_"); }
+Tensor& Tensor::add_(const Tensor& other) {
+  return inplace_binary(*this, OpId::add, other, "add_");
+}
 Tensor& Tensor::add_(const Scalar& other) {
   return inplace_binary(*this, OpId::add, wrap_scalar(other, other.natural_dtype()), "add_");
 }
-Tensor& Tensor::mul_(const Tensor& other) { return inplace_binary(*this, OpId::mul, other, "mul_"); }
+Tensor& Tensor::mul_(const Tensor& other) {
+  return inplace_binary(*this, OpId::mul, other, "mul_");
+}
 Tensor& Tensor::mul_(const Scalar& other) {
   return inplace_binary(*this, OpId::mul, wrap_scalar(other, other.natural_dtype()), "mul_");
 }
@@ -372,7 +376,9 @@ Tensor& Tensor::mul_(const Scalar& other) {
 // ---- methods that forward to ops ----------------------------------------------------------
 
 Tensor Tensor::sum() const { return ember::sum(*this); }
-Tensor Tensor::sum(const Dims& dims, bool keepdim) const { return ember::sum(*this, dims, keepdim); }
+Tensor Tensor::sum(const Dims& dims, bool keepdim) const {
+  return ember::sum(*this, dims, keepdim);
+}
 Tensor Tensor::mean() const { return ember::mean(*this); }
 Tensor Tensor::mean(const Dims& dims, bool keepdim) const {
   return ember::mean(*this, dims, keepdim);

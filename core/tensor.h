@@ -24,7 +24,7 @@ struct Node;
 struct TensorImpl {
   StoragePtr storage;
   Shape sizes;
-  Strides strides;  // in elements
+  Strides strides;     // in elements
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
   Device device;
@@ -36,9 +36,7 @@ struct TensorImpl {
 
   int64_t numel() const { return numel_of(sizes); }
   bool is_contiguous() const;
-  char* data() const {
-    return static_cast<char*>(storage->data) + offset * element_size(dtype);
-  }
+  char* data() const { return static_cast<char*>(storage->data) + offset * element_size(dtype); }
 };
 
 class Tensor {
@@ -67,12 +65,15 @@ class Tensor {
   int64_t nbytes() const { return numel() * element_size(); }
   // Raw pointer to the first element (a device pointer for CUDA tensors).
   void* raw_data() const { return impl()->data(); }
-  template <class T> T* data_ptr() const;
+  template <class T>
+  T* data_ptr() const;
 
   // Host reads. item() copies one element to the host (a sync for CUDA tensors).
-  template <class T> T item() const;
+  template <class T>
+  T item() const;
   Scalar item() const;
-  template <class T> std::vector<T> to_vector() const;  // contiguous copy on the host
+  template <class T>
+  std::vector<T> to_vector() const;  // contiguous copy on the host
 
   // Conversions and copies.
   Tensor to(Device d) const;
@@ -127,8 +128,8 @@ class Tensor {
   bool requires_grad() const;
   // Marks a leaf as needing gradients (floating dtypes only).
   Tensor& requires_grad_(bool on = true);
-  bool is_leaf() const;  // no grad_fn: created by the user, not by a recorded op
-  Tensor grad() const;   // the accumulated gradient, undefined until backward reaches it
+  bool is_leaf() const;            // no grad_fn: created by the user, not by a recorded op
+  Tensor grad() const;             // the accumulated gradient, undefined until backward reaches it
   void set_grad(const Tensor& g);  // an undefined tensor clears it
   std::shared_ptr<autograd::Node> grad_fn() const;
   // Backpropagates from this tensor. A scalar needs no `gradient`; otherwise it is the

@@ -12,8 +12,8 @@ namespace ember::kernels {
 inline constexpr int kMaxOperands = 4;  // out + up to 3 inputs
 
 struct Iter {
-  int ndim = 0;   // after coalescing; 0 means a single element
-  int nops = 0;   // operand 0 is the output
+  int ndim = 0;  // after coalescing; 0 means a single element
+  int nops = 0;  // operand 0 is the output
   int64_t numel = 0;
   int64_t sizes[kMaxDims] = {};
   char* data[kMaxOperands] = {};

@@ -16,28 +16,71 @@
 
 namespace ember::pw {
 
-template <class T> EMBER_HD bool is_nan(T a) { return a != a; }
+template <class T>
+EMBER_HD bool is_nan(T a) {
+  return a != a;
+}
 
 // Unary
-struct neg { template <class T> EMBER_HD T operator()(T a) const { return -a; } };
-struct abs { template <class T> EMBER_HD T operator()(T a) const { return a < T(0) ? -a : a; } };
+struct neg {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return -a;
+  }
+};
+struct abs {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return a < T(0) ? -a : a;
+  }
+};
 // NaN passes through relu, as in PyTorch.
 struct relu {
-  template <class T> EMBER_HD T operator()(T a) const { return (a > T(0) || is_nan(a)) ? a : T(0); }
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return (a > T(0) || is_nan(a)) ? a : T(0);
+  }
 };
-struct exp { template <class T> EMBER_HD T operator()(T a) const { return EMBER_MATH(exp)(a); } };
-struct log { template <class T> EMBER_HD T operator()(T a) const { return EMBER_MATH(log)(a); } };
-struct sqrt { template <class T> EMBER_HD T operator()(T a) const { return EMBER_MATH(sqrt)(a); } };
+struct exp {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return EMBER_MATH(exp)(a);
+  }
+};
+struct log {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return EMBER_MATH(log)(a);
+  }
+};
+struct sqrt {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return EMBER_MATH(sqrt)(a);
+  }
+};
 struct rsqrt {
-  template <class T> EMBER_HD T operator()(T a) const { return T(1) / EMBER_MATH(sqrt)(a); }
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return T(1) / EMBER_MATH(sqrt)(a);
+  }
 };
 struct sigmoid {
-  template <class T> EMBER_HD T operator()(T a) const { return T(1) / (T(1) + EMBER_MATH(exp)(-a)); }
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return T(1) / (T(1) + EMBER_MATH(exp)(-a));
+  }
 };
-struct tanh { template <class T> EMBER_HD T operator()(T a) const { return EMBER_MATH(tanh)(a); } };
+struct tanh {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return EMBER_MATH(tanh)(a);
+  }
+};
 struct gelu {
   bool approximate_tanh = false;
-  template <class T> EMBER_HD T operator()(T a) const {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
     if (approximate_tanh) {
       const T k = T(0.7978845608028654);  // sqrt(2 / pi)
       return T(0.5) * a * (T(1) + EMBER_MATH(tanh)(k * (a + T(0.044715) * a * a * a)));
@@ -50,7 +93,8 @@ struct gelu {
 struct clamp {
   double lo = 0, hi = 0;
   bool has_lo = false, has_hi = false;
-  template <class T> EMBER_HD T operator()(T a) const {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
     if (is_nan(a)) return a;
     if (has_lo && a < T(lo)) a = T(lo);
     if (has_hi && a > T(hi)) a = T(hi);
@@ -58,45 +102,110 @@ struct clamp {
   }
 };
 // Conversion happens in the load/store around the functor.
-struct cast { template <class T> EMBER_HD T operator()(T a) const { return a; } };
+struct cast {
+  template <class T>
+  EMBER_HD T operator()(T a) const {
+    return a;
+  }
+};
 struct fill {
   double value = 0;
-  template <class T> EMBER_HD T operator()() const { return T(value); }
+  template <class T>
+  EMBER_HD T operator()() const {
+    return T(value);
+  }
 };
 
 // Binary
-struct add { template <class T> EMBER_HD T operator()(T a, T b) const { return a + b; } };
-struct sub { template <class T> EMBER_HD T operator()(T a, T b) const { return a - b; } };
-struct mul { template <class T> EMBER_HD T operator()(T a, T b) const { return a * b; } };
-struct div { template <class T> EMBER_HD T operator()(T a, T b) const { return a / b; } };
+struct add {
+  template <class T>
+  EMBER_HD T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct sub {
+  template <class T>
+  EMBER_HD T operator()(T a, T b) const {
+    return a - b;
+  }
+};
+struct mul {
+  template <class T>
+  EMBER_HD T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+struct div {
+  template <class T>
+  EMBER_HD T operator()(T a, T b) const {
+    return a / b;
+  }
+};
 struct pow {
-  template <class T> EMBER_HD T operator()(T a, T b) const { return EMBER_MATH(pow)(a, b); }
+  template <class T>
+  EMBER_HD T operator()(T a, T b) const {
+    return EMBER_MATH(pow)(a, b);
+  }
 };
 struct maximum {
-  template <class T> EMBER_HD T operator()(T a, T b) const {
+  template <class T>
+  EMBER_HD T operator()(T a, T b) const {
     return is_nan(a) ? a : is_nan(b) ? b : (a > b ? a : b);
   }
 };
 struct minimum {
-  template <class T> EMBER_HD T operator()(T a, T b) const {
+  template <class T>
+  EMBER_HD T operator()(T a, T b) const {
     return is_nan(a) ? a : is_nan(b) ? b : (a < b ? a : b);
   }
 };
-struct eq { template <class T> EMBER_HD bool operator()(T a, T b) const { return a == b; } };
-struct ne { template <class T> EMBER_HD bool operator()(T a, T b) const { return a != b; } };
-struct lt { template <class T> EMBER_HD bool operator()(T a, T b) const { return a < b; } };
-struct le { template <class T> EMBER_HD bool operator()(T a, T b) const { return a <= b; } };
-struct gt { template <class T> EMBER_HD bool operator()(T a, T b) const { return a > b; } };
-struct ge { template <class T> EMBER_HD bool operator()(T a, T b) const { return a >= b; } };
+struct eq {
+  template <class T>
+  EMBER_HD bool operator()(T a, T b) const {
+    return a == b;
+  }
+};
+struct ne {
+  template <class T>
+  EMBER_HD bool operator()(T a, T b) const {
+    return a != b;
+  }
+};
+struct lt {
+  template <class T>
+  EMBER_HD bool operator()(T a, T b) const {
+    return a < b;
+  }
+};
+struct le {
+  template <class T>
+  EMBER_HD bool operator()(T a, T b) const {
+    return a <= b;
+  }
+};
+struct gt {
+  template <class T>
+  EMBER_HD bool operator()(T a, T b) const {
+    return a > b;
+  }
+};
+struct ge {
+  template <class T>
+  EMBER_HD bool operator()(T a, T b) const {
+    return a >= b;
+  }
+};
 
 // d gelu(x) / dx times the incoming gradient g.
 struct gelu_backward {
   bool approximate_tanh = false;
-  template <class T> EMBER_HD T operator()(T g, T x) const {
+  template <class T>
+  EMBER_HD T operator()(T g, T x) const {
     if (approximate_tanh) {
       const T k = T(0.7978845608028654), c = T(0.044715);
       const T t = EMBER_MATH(tanh)(k * (x + c * x * x * x));
-      return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+      return g *
+             (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
     }
     const T cdf = T(0.5) * (T(1) + EMBER_MATH(erf)(x * T(0.7071067811865476)));
     const T pdf = EMBER_MATH(exp)(T(-0.5) * x * x) * T(0.3989422804014327);  // 1 / sqrt(2 pi)
@@ -106,7 +215,10 @@ struct gelu_backward {
 
 // Ternary
 struct where {
-  template <class T> EMBER_HD T operator()(bool c, T a, T b) const { return c ? a : b; }
+  template <class T>
+  EMBER_HD T operator()(bool c, T a, T b) const {
+    return c ? a : b;
+  }
 };
 
 }  // namespace ember::pw

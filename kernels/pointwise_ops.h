@@ -10,18 +10,25 @@
 
 namespace ember::kernels {
 
-template <class F> F make_functor(const Attrs&) { return F{}; }
-template <> inline pw::gelu make_functor<pw::gelu>(const Attrs& a) {
+template <class F>
+F make_functor(const Attrs&) {
+  return F{};
+}
+template <>
+inline pw::gelu make_functor<pw::gelu>(const Attrs& a) {
   return pw::gelu{a.approximate_tanh};
 }
-template <> inline pw::gelu_backward make_functor<pw::gelu_backward>(const Attrs& a) {
+template <>
+inline pw::gelu_backward make_functor<pw::gelu_backward>(const Attrs& a) {
   return pw::gelu_backward{a.approximate_tanh};
 }
-template <> inline pw::clamp make_functor<pw::clamp>(const Attrs& a) {
+template <>
+inline pw::clamp make_functor<pw::clamp>(const Attrs& a) {
   return pw::clamp{a.lo.to_double(), a.hi.to_double(), a.has_lo, a.has_hi};
 }
 
-template <OpId Op> using OpConstant = std::integral_constant<OpId, Op>;
+template <OpId Op>
+using OpConstant = std::integral_constant<OpId, Op>;
 
 // Calls f(OpConstant<op>{}, functor) when `op` is a Unary, Binary or Ternary op of the table
 // (cast and where included: callers that treat them specially branch on the constant first).
@@ -29,9 +36,9 @@ template <OpId Op> using OpConstant = std::integral_constant<OpId, Op>;
 template <class Fn>
 bool visit_elementwise(OpId op, const Attrs& a, Fn&& f) {
   switch (op) {
-#define EMBER_EW_CASE(name)                                            \
-  case OpId::name:                                                     \
-    f(OpConstant<OpId::name>{}, make_functor<pw::name>(a));            \
+#define EMBER_EW_CASE(name)                                 \
+  case OpId::name:                                          \
+    f(OpConstant<OpId::name>{}, make_functor<pw::name>(a)); \
     return true;
 #define EMBER_EW_Unary(name) EMBER_EW_CASE(name)
 #define EMBER_EW_Binary(name) EMBER_EW_CASE(name)
@@ -52,7 +59,8 @@ bool visit_elementwise(OpId op, const Attrs& a, Fn&& f) {
 #include "core/ops.def"
 #undef EMBER_OP
 #undef EMBER_EW_CASE
-    default: return false;
+    default:
+      return false;
   }
 }
 

@@ -3,14 +3,14 @@
 #include "core/dispatch.h"
 
 namespace ember::kernels::cpu {
-void pointwise(const KernelCall& call);  // Nullary/Unary/Binary/Ternary (pointwise.cpp)
-void reduce(const KernelCall& call);     // reduce.cpp
-void matmul(const KernelCall& call);     // matmul.cpp (Eigen)
-void softmax(const KernelCall& call);    // softmax.cpp (softmax, log_softmax)
+void pointwise(const KernelCall& call);      // Nullary/Unary/Binary/Ternary (pointwise.cpp)
+void reduce(const KernelCall& call);         // reduce.cpp
+void matmul(const KernelCall& call);         // matmul.cpp (Eigen)
+void softmax(const KernelCall& call);        // softmax.cpp (softmax, log_softmax)
 void cross_entropy(const KernelCall& call);  // cross_entropy.cpp
-void index(const KernelCall& call);      // index.cpp (gather, index_select, one_hot)
-void cat(const KernelCall& call);        // cat.cpp
-void arange(const KernelCall& call);     // factory.cpp
-void random(const KernelCall& call);     // random.cpp
-void multi_tensor(const KernelCall& call);  // multi_tensor.cpp (sgd_update)
+void index(const KernelCall& call);          // index.cpp (gather, index_select, one_hot)
+void cat(const KernelCall& call);            // cat.cpp
+void arange(const KernelCall& call);         // random.cpp
+void random(const KernelCall& call);         // random.cpp
+void multi_tensor(const KernelCall& call);   // multi_tensor.cpp (sgd_update)
 }  // namespace ember::kernels::cpu

@@ -7,18 +7,29 @@ void run_cpu(const KernelCall& c) {
     case OpKind::Nullary:
     case OpKind::Unary:
     case OpKind::Binary:
-    case OpKind::Ternary: return cpu::pointwise(c);
-    case OpKind::Reduce: return cpu::reduce(c);
-    case OpKind::Matmul: return cpu::matmul(c);
-    case OpKind::Softmax: return cpu::softmax(c);
-    case OpKind::Loss: return cpu::cross_entropy(c);
-    case OpKind::Index: return cpu::index(c);
-    case OpKind::Cat: return cpu::cat(c);
-    case OpKind::Factory: return cpu::arange(c);
-    case OpKind::Random: return cpu::random(c);
-    case OpKind::MultiTensor: return cpu::multi_tensor(c);
+    case OpKind::Ternary:
+      return cpu::pointwise(c);
+    case OpKind::Reduce:
+      return cpu::reduce(c);
+    case OpKind::Matmul:
+      return cpu::matmul(c);
+    case OpKind::Softmax:
+      return cpu::softmax(c);
+    case OpKind::Loss:
+      return cpu::cross_entropy(c);
+    case OpKind::Index:
+      return cpu::index(c);
+    case OpKind::Cat:
+      return cpu::cat(c);
+    case OpKind::Factory:
+      return cpu::arange(c);
+    case OpKind::Random:
+      return cpu::random(c);
+    case OpKind::MultiTensor:
+      return cpu::multi_tensor(c);
     case OpKind::View:
-    case OpKind::Transfer: break;
+    case OpKind::Transfer:
+      break;
   }
   EMBER_FAIL(op_name(c.op), ": has no CPU kernel");
 }

@@ -14,16 +14,20 @@ namespace {
 template <class T>
 constexpr bool is_16bit_float = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 // The type a functor computes in: float for 16-bit storage, else the storage type.
-template <class T> using acc_t = std::conditional_t<is_16bit_float<T>, float, T>;
+template <class T>
+using acc_t = std::conditional_t<is_16bit_float<T>, float, T>;
 
 // Converts a computed value to the storage type. Float to int saturates and maps NaN to 0,
 // which is what the GPU's conversion instructions do, so both devices agree.
 template <class Out, class V>
 Out convert(V v) {
-  if constexpr (std::is_floating_point_v<V> && std::is_integral_v<Out> && !std::is_same_v<Out, bool>) {
+  if constexpr (std::is_floating_point_v<V> && std::is_integral_v<Out> &&
+                !std::is_same_v<Out, bool>) {
     if (std::isnan(v)) return 0;
-    if (v <= static_cast<V>(std::numeric_limits<Out>::min())) return std::numeric_limits<Out>::min();
-    if (v >= static_cast<V>(std::numeric_limits<Out>::max())) return std::numeric_limits<Out>::max();
+    if (v <= static_cast<V>(std::numeric_limits<Out>::min()))
+      return std::numeric_limits<Out>::min();
+    if (v >= static_cast<V>(std::numeric_limits<Out>::max()))
+      return std::numeric_limits<Out>::max();
     return static_cast<Out>(v);
   } else if constexpr (is_16bit_float<Out>) {
     return Out(static_cast<float>(v));
@@ -34,7 +38,10 @@ Out convert(V v) {
   }
 }
 
-template <class T> acc_t<T> load(const char* p) { return static_cast<acc_t<T>>(*reinterpret_cast<const T*>(p)); }
+template <class T>
+acc_t<T> load(const char* p) {
+  return static_cast<acc_t<T>>(*reinterpret_cast<const T*>(p));
+}
 
 template <class Out, class In, class F>
 void unary_loop(const Iter& it, const F& f) {
@@ -76,9 +83,9 @@ template <class T, class F>
 void where_loop(const Iter& it, const F& f) {
   for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i)
-      *reinterpret_cast<T*>(p[0] + i * s[0]) = convert<T>(f(*reinterpret_cast<const bool*>(p[1] + i * s[1]),
-                                                            load<T>(p[2] + i * s[2]),
-                                                            load<T>(p[3] + i * s[3])));
+      *reinterpret_cast<T*>(p[0] + i * s[0]) =
+          convert<T>(f(*reinterpret_cast<const bool*>(p[1] + i * s[1]), load<T>(p[2] + i * s[2]),
+                       load<T>(p[3] + i * s[3])));
   });
 }
 
@@ -109,8 +116,10 @@ void run_binary(const KernelCall& c, const F& f) {
   const Iter it = make_iter(c.out, c.inputs);
   visit<S>(c.inputs[0].dtype(), op_name(c.op).data(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (R == OutRule::ToBool) binary_loop<bool, T>(it, f);
-    else binary_loop<T, T>(it, f);
+    if constexpr (R == OutRule::ToBool)
+      binary_loop<bool, T>(it, f);
+    else
+      binary_loop<T, T>(it, f);
   });
 }
 

@@ -12,10 +12,14 @@ namespace {
 // Largest value below 1 in T, so rounding a uniform draw never yields 1.
 template <class T>
 double below_one() {
-  if constexpr (std::is_same_v<T, float>) return 0.99999994039535522;      // 1 - 2^-24
-  else if constexpr (std::is_same_v<T, Half>) return 0.99951171875;         // 1 - 2^-11
-  else if constexpr (std::is_same_v<T, BFloat16>) return 0.99609375;        // 1 - 2^-8
-  else return 0.99999999999999989;                                          // 1 - 2^-53
+  if constexpr (std::is_same_v<T, float>)
+    return 0.99999994039535522;  // 1 - 2^-24
+  else if constexpr (std::is_same_v<T, Half>)
+    return 0.99951171875;  // 1 - 2^-11
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return 0.99609375;  // 1 - 2^-8
+  else
+    return 0.99999999999999989;  // 1 - 2^-53
 }
 
 template <class T>
