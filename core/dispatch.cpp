@@ -45,8 +45,10 @@ Tensor transfer(const Tensor& x, Device to) {
   return out;
 }
 
-void run_kernel(const KernelCall& call) {
-  if (call.out.device().is_cpu()) {
+// The device decides the kernel table; a multi-tensor update has no output, so callers pass the
+// device explicitly.
+void run_kernel(const KernelCall& call, Device device) {
+  if (device.is_cpu()) {
     kernels::run_cpu(call);
   } else {
     kernels::run_cuda(call);
@@ -68,7 +70,7 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
     result = *out;
     if (g_inplace_check) g_inplace_check(op, inputs, result);
     ++result.impl()->storage->version;
-    if (result.numel() > 0) run_kernel({op, inputs, attrs, result});
+    if (result.numel() > 0) run_kernel({op, inputs, attrs, result}, result.device());
   } else {
     const OutputMeta m = infer_meta(op, inputs, attrs);
     if (kind == OpKind::MultiTensor) {
@@ -80,11 +82,7 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
       for (int64_t i = 0; i < n; ++i) ++inputs[2 + i].impl()->storage->version;
       if (attrs.momentum_buffers)
         for (int64_t i = 0; i < n; ++i) ++inputs[2 + 2 * n + i].impl()->storage->version;
-      const KernelCall call{op, inputs, attrs, result};
-      if (m.device.is_cpu())
-        kernels::run_cpu(call);
-      else
-        kernels::run_cuda(call);
+      run_kernel({op, inputs, attrs, result}, m.device);
     } else if (kind == OpKind::View) {
       EMBER_CHECK(!out, op_name(op), ": a view op cannot write into an output");
       result = make_view(inputs[0], m);
@@ -106,7 +104,7 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
       } else {
         result = make_empty(m.shape, m.dtype, m.device);
       }
-      if (result.numel() > 0) run_kernel({op, inputs, attrs, result});
+      if (result.numel() > 0) run_kernel({op, inputs, attrs, result}, result.device());
     }
   }
   if (t_trace_observer) t_trace_observer(op, inputs, attrs, result, out != nullptr);

@@ -124,7 +124,6 @@ EMBER_INSTANTIATE(BFloat16)
 template bool Tensor::item<bool>() const;
 template <>
 std::vector<bool> Tensor::to_vector<bool>() const {
-  std::vector<uint8_t> bytes;
   Tensor h = dtype() == kBool ? *this : ne(*this, wrap_scalar(0, dtype()));
   h = h.cpu().contiguous();
   const bool* p = static_cast<const bool*>(h.raw_data());
