@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "core/dispatch.h"
 #include "core/ops.h"
+#include "core/trace_hooks.h"
 
 namespace ember::autograd {
 
@@ -66,6 +67,7 @@ std::vector<Tensor> AccumulateGrad::apply(Tensor g) {
     const bool sole = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 &&
                       g.is_contiguous() && g.storage_offset() == 0;
     m.grad = sole ? alias_without_grad(g) : g.clone();
+    if (const TraceHooks* h = trace_hooks(); h && h->on_grad_set) h->on_grad_set(t, m.grad);
   } else {
     m.grad.add_(g);
   }

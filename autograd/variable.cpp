@@ -1,6 +1,7 @@
 // The autograd methods of Tensor (declared in core/tensor.h).
 #include "autograd/engine.h"
 #include "autograd/node.h"
+#include "core/trace_hooks.h"
 
 namespace ember {
 
@@ -48,6 +49,7 @@ void Tensor::set_grad(const Tensor& g) {
     return;
   }
   autograd::meta(*this).grad = g;
+  if (const TraceHooks* h = trace_hooks(); h && h->on_grad_set) h->on_grad_set(*this, g);
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {

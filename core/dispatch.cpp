@@ -1,5 +1,6 @@
 #include "core/dispatch.h"
 
+#include <cstring>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -45,8 +46,8 @@ Tensor transfer(const Tensor& x, Device to) {
   return out;
 }
 
-// The device decides the kernel table; a multi-tensor update has no output, so callers pass the
-// device explicitly.
+}  // namespace
+
 void run_kernel(const KernelCall& call, Device device) {
   if (device.is_cpu()) {
     kernels::run_cpu(call);
@@ -55,7 +56,26 @@ void run_kernel(const KernelCall& call, Device device) {
   }
 }
 
-}  // namespace
+void run_transfer(const Tensor& src, const Tensor& out) {
+  const size_t n = static_cast<size_t>(out.nbytes());
+  if (n == 0) return;
+  const Device from = src.device(), to = out.device();
+  if (!src.is_contiguous() || (from.is_cuda() && to.is_cuda() && from != to)) {
+    Tensor moved = transfer(src, to);  // rare: stage through a fresh tensor
+    if (to.is_cpu())
+      std::memcpy(out.raw_data(), moved.raw_data(), n);
+    else
+      cuda::copy_device_to_device(out.raw_data(), moved.raw_data(), n, to.index);
+  } else if (from.is_cpu() && to.is_cuda()) {
+    cuda::copy_host_to_device(out.raw_data(), src.raw_data(), n, to.index);
+  } else if (from.is_cuda() && to.is_cpu()) {
+    cuda::copy_device_to_host(out.raw_data(), src.raw_data(), n, from.index);
+  } else if (from.is_cpu()) {
+    std::memcpy(out.raw_data(), src.raw_data(), n);
+  } else {
+    cuda::copy_device_to_device(out.raw_data(), src.raw_data(), n, to.index);
+  }
+}
 
 void set_autograd_observer(OpObserver fn) { g_autograd_observer = fn; }
 void set_trace_observer(OpObserver fn) { t_trace_observer = fn; }

@@ -82,6 +82,12 @@ struct KernelCall {
   const Attrs& attrs;
   const Tensor& out;
 };
+// Runs the kernel of `call` on `device` with no checks, hooks or version bumps: for executors
+// (the JIT) that validated the call when they built it. The device decides the kernel table; a
+// multi-tensor update has no output, so the device is passed explicitly.
+void run_kernel(const KernelCall& call, Device device);
+// Copies `src` into the contiguous `out` on another device (to_device's work, for executors).
+void run_transfer(const Tensor& src, const Tensor& out);
 namespace kernels {
 void run_cpu(const KernelCall& call);
 void run_cuda(const KernelCall& call);

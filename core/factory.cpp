@@ -5,6 +5,7 @@
 
 #include "core/dispatch.h"
 #include "core/philox.h"
+#include "core/trace_hooks.h"
 
 namespace ember {
 
@@ -52,6 +53,7 @@ Tensor arange(const Scalar& end) { return arange(0, end, 1); }
 Tensor from_blob_copy(const void* data, const Shape& shape, DType dtype, Device device) {
   Tensor t = make_empty(shape, dtype, Device::cpu());
   if (t.nbytes() > 0) std::memcpy(t.raw_data(), data, static_cast<size_t>(t.nbytes()));
+  if (const TraceHooks* h = trace_hooks(); h && h->on_host_data) h->on_host_data(t);
   return device.is_cpu() ? t : t.to(device);
 }
 

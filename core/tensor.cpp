@@ -5,8 +5,18 @@
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 #include "core/ops.h"
+#include "core/trace_hooks.h"
 
 namespace ember {
+
+namespace detail {
+thread_local const TraceHooks* t_trace_hooks = nullptr;
+}
+
+void note_host_read(const Tensor& t, const char* what, const std::source_location& where) {
+  const TraceHooks* h = detail::t_trace_hooks;
+  if (h && h->on_host_read) h->on_host_read(t, what, where);
+}
 
 bool TensorImpl::is_contiguous() const {
   int64_t expected = 1;
@@ -27,7 +37,10 @@ Tensor make_empty(const Shape& shape, DType dtype, Device device) {
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   impl->device = device;
-  return Tensor(std::move(impl));
+  Tensor t(std::move(impl));
+  if (detail::t_trace_hooks && detail::t_trace_hooks->on_new_tensor)
+    detail::t_trace_hooks->on_new_tensor(t);
+  return t;
 }
 
 namespace {
@@ -51,6 +64,8 @@ Tensor wrap_scalar(const Scalar& v, DType dtype) {
   else
     store_as(t.raw_data(), dtype, v.to_int());
   t.impl()->wrapped_number = true;
+  if (detail::t_trace_hooks && detail::t_trace_hooks->on_host_data)
+    detail::t_trace_hooks->on_host_data(t);
   return t;
 }
 
@@ -87,13 +102,15 @@ T convert_from(const void* src, DType dtype) {
 }  // namespace
 
 template <class T>
-T Tensor::item() const {
+T Tensor::item(std::source_location where) const {
+  if (detail::t_trace_hooks) note_host_read(*this, "item", where);
   alignas(8) char buf[8];
   read_one(*this, buf);
   return convert_from<T>(buf, dtype());
 }
 
-Scalar Tensor::item() const {
+Scalar Tensor::item(std::source_location where) const {
+  if (detail::t_trace_hooks) note_host_read(*this, "item", where);
   alignas(8) char buf[8];
   read_one(*this, buf);
   if (is_floating(dtype())) return Scalar(convert_from<double>(buf, dtype()));
@@ -102,7 +119,8 @@ Scalar Tensor::item() const {
 }
 
 template <class T>
-std::vector<T> Tensor::to_vector() const {
+std::vector<T> Tensor::to_vector(std::source_location where) const {
+  if (detail::t_trace_hooks) note_host_read(*this, "to_vector", where);
   Tensor h = *this;
   if (h.dtype() != DTypeOf<T>::value) h = h.to(DTypeOf<T>::value);
   if (!h.device().is_cpu()) h = h.cpu();
@@ -112,8 +130,8 @@ std::vector<T> Tensor::to_vector() const {
 }
 
 #define EMBER_INSTANTIATE(T)          \
-  template T Tensor::item<T>() const; \
-  template std::vector<T> Tensor::to_vector<T>() const;
+  template T Tensor::item<T>(std::source_location) const; \
+  template std::vector<T> Tensor::to_vector<T>(std::source_location) const;
 EMBER_INSTANTIATE(float)
 EMBER_INSTANTIATE(double)
 EMBER_INSTANTIATE(int32_t)
@@ -121,18 +139,20 @@ EMBER_INSTANTIATE(int64_t)
 EMBER_INSTANTIATE(Half)
 EMBER_INSTANTIATE(BFloat16)
 #undef EMBER_INSTANTIATE
-template bool Tensor::item<bool>() const;
+template bool Tensor::item<bool>(std::source_location) const;
 template <>
-std::vector<bool> Tensor::to_vector<bool>() const {
+std::vector<bool> Tensor::to_vector<bool>(std::source_location where) const {
+  if (detail::t_trace_hooks) note_host_read(*this, "to_vector", where);
   Tensor h = dtype() == kBool ? *this : ne(*this, wrap_scalar(0, dtype()));
   h = h.cpu().contiguous();
   const bool* p = static_cast<const bool*>(h.raw_data());
   return std::vector<bool>(p, p + h.numel());
 }
 
-Tensor Tensor::to(Device d) const {
+Tensor Tensor::to(Device d, std::source_location where) const {
   EMBER_CHECK(defined(), "to: undefined tensor");
   if (d == device()) return *this;
+  if (detail::t_trace_hooks && d.is_cpu()) note_host_read(*this, "to(cpu)", where);
   return to_device(*this, d);
 }
 

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <memory>
 #include <ostream>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -66,19 +67,22 @@ class Tensor {
   // Raw pointer to the first element (a device pointer for CUDA tensors).
   void* raw_data() const { return impl()->data(); }
   template <class T>
-  T* data_ptr() const;
+  T* data_ptr(std::source_location where = std::source_location::current()) const;
 
-  // Host reads. item() copies one element to the host (a sync for CUDA tensors).
+  // Host reads. item() copies one element to the host (a sync for CUDA tensors). Inside a
+  // jit::compile'd function these are graph breaks; the call site names them.
   template <class T>
-  T item() const;
-  Scalar item() const;
-  template <class T>
-  std::vector<T> to_vector() const;  // contiguous copy on the host
+  T item(std::source_location where = std::source_location::current()) const;
+  Scalar item(std::source_location where = std::source_location::current()) const;
+  template <class T>  // contiguous copy on the host
+  std::vector<T> to_vector(std::source_location where = std::source_location::current()) const;
 
   // Conversions and copies.
-  Tensor to(Device d) const;
+  Tensor to(Device d, std::source_location where = std::source_location::current()) const;
   Tensor to(DType t) const;
-  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cpu(std::source_location where = std::source_location::current()) const {
+    return to(Device::cpu(), where);
+  }
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
   Tensor contiguous() const;
   Tensor clone() const;
@@ -150,10 +154,17 @@ Tensor make_empty(const Shape& shape, DType dtype, Device device);
 // A 0-dim host tensor holding `v`, flagged as a wrapped number.
 Tensor wrap_scalar(const Scalar& v, DType dtype);
 
+struct TraceHooks;  // core/trace_hooks.h
+namespace detail {
+extern thread_local const TraceHooks* t_trace_hooks;
+}
+void note_host_read(const Tensor& t, const char* what, const std::source_location& where);
+
 // Raw host access. Only for CPU tensors.
 template <class T>
-T* Tensor::data_ptr() const {
+T* Tensor::data_ptr(std::source_location where) const {
   EMBER_CHECK(defined(), "data_ptr: undefined tensor");
+  if (detail::t_trace_hooks) note_host_read(*this, "data_ptr", where);
   EMBER_CHECK(DTypeOf<T>::value == dtype(), "data_ptr: tensor is ", dtype_name(dtype()),
               ", asked for ", dtype_name(DTypeOf<T>::value));
   return reinterpret_cast<T*>(raw_data());

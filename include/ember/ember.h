@@ -7,6 +7,8 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "jit/compile.h"
+#include "jit/log.h"
 #include "nn/activation.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"

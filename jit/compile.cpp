@@ -1,0 +1,469 @@
+// The compiled function: signatures, the executable cache, tracing, recompiles and breaks.
+//
+// Why two traces: a C++ lambda's control flow and captured host values are invisible to the
+// tracer, so one trace cannot show that the next call will do the same. Ember therefore compiles
+// a signature when two consecutive traces agree exactly (ops, attributes, layouts, state
+// identities, frozen constants). The usual training step needs three calls: the first creates
+// state (gradients, momentum buffers), the second and third agree. A host constant that changes
+// between calls shows up as a difference and is a graph break.
+#include "jit/compile.h"
+
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "jit/dynamic.h"
+#include "jit/executor.h"
+#include "jit/fingerprint.h"
+#include "jit/log.h"
+#include "jit/passes.h"
+#include "jit/tracer.h"
+
+namespace ember::jit {
+namespace detail {
+
+void PlainKey::add(const void* p, size_t n) {
+  EMBER_CHECK(size + n <= bytes.size(), "jit::compile: plain arguments take more than ",
+              bytes.size(), " bytes; pass large data as tensors");
+  std::memcpy(bytes.data() + size, p, n);
+  size += n;
+}
+
+namespace {
+
+constexpr int kMaxTracesPerSignature = 4;
+
+struct ArgSig {
+  Shape sizes;
+  Strides strides;
+  DType dtype = kFloat32;
+  Device device;
+  bool requires_grad = false;
+  int32_t alias = -1;  // index of an earlier argument that is the same tensor
+};
+
+struct Entry {
+  enum class State { Tracing, Compiled, Eager };
+  std::vector<ArgSig> args;
+  PlainKey plain;
+  bool grad_mode = true;
+  State state = State::Tracing;
+  std::unique_ptr<Graph> prev;
+  std::string prev_fp;
+  int traces = 0;
+  std::unique_ptr<Executor> exec;
+  std::string eager_reason;
+  // Dynamic shapes: per argument, the dims allowed to vary (bit d = dim d). An entry with any
+  // is matched by shape rank only; once two traces at different sizes agree it holds a template
+  // and instantiates an executor per size it meets.
+  std::vector<uint16_t> sym;
+  bool symbolic = false;
+  std::unique_ptr<Graph> raw;  // the raw trace behind `exec`, for later generalization
+  std::unique_ptr<SymbolicTemplate> tmpl;
+  struct Instance {
+    std::vector<int64_t> sizes;
+    std::unique_ptr<Executor> exec;
+  };
+  std::vector<Instance> instances;
+};
+
+constexpr size_t kMaxInstances = 8;
+
+int32_t alias_of(std::span<const Tensor> t, size_t i) {
+  for (size_t j = 0; j < i; ++j)
+    if (t[j].is_same(t[i])) return static_cast<int32_t>(j);
+  return -1;
+}
+
+bool matches(const Entry& e, std::span<const Tensor> t, const PlainKey& plain, bool grad_mode) {
+  if (e.args.size() != t.size() || e.grad_mode != grad_mode || e.plain.size != plain.size) return false;
+  if (std::memcmp(e.plain.bytes.data(), plain.bytes.data(), plain.size) != 0) return false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const ArgSig& a = e.args[i];
+    const TensorImpl& x = *t[i].impl();
+    if (a.dtype != x.dtype || a.device != x.device || a.requires_grad != t[i].requires_grad())
+      return false;
+    if (e.symbolic && e.sym[i] != 0) {
+      if (a.sizes.size() != x.sizes.size()) return false;
+      for (int d = 0; d < a.sizes.size(); ++d)
+        if (!(e.sym[i] >> d & 1) && a.sizes[d] != x.sizes[d]) return false;
+      // Layouts are re-derived per size: ask for the same contiguity, not the same strides.
+      if (!x.is_contiguous() || x.offset != 0) return false;
+    } else if (a.sizes != x.sizes || a.strides != x.strides) {
+      return false;
+    }
+    if (a.alias != -1 || (i > 0 && alias_of(t, i) != -1)) {
+      if (alias_of(t, i) != a.alias) return false;
+    }
+  }
+  return true;
+}
+
+std::string describe_miss(const Entry& e, std::span<const Tensor> t, const PlainKey& plain,
+                          bool grad_mode) {
+  std::ostringstream os;
+  if (e.grad_mode != grad_mode) return std::string("grad mode: ") + (e.grad_mode ? "on" : "off") + " -> " + (grad_mode ? "on" : "off");
+  if (e.args.size() != t.size()) return "number of tensor arguments changed";
+  for (size_t i = 0; i < t.size(); ++i) {
+    const ArgSig& a = e.args[i];
+    const Tensor& x = t[i];
+    if (a.sizes.size() != x.dim()) {
+      os << "input " << i << " dims: " << a.sizes.size() << " -> " << x.dim();
+      return os.str();
+    }
+    for (int d = 0; d < x.dim(); ++d)
+      if (a.sizes[d] != x.size(d)) {
+        os << "input " << i << " dim " << d << ": " << a.sizes[d] << " -> " << x.size(d);
+        return os.str();
+      }
+    if (a.dtype != x.dtype()) {
+      os << "input " << i << " dtype: " << dtype_name(a.dtype) << " -> " << dtype_name(x.dtype());
+      return os.str();
+    }
+    if (a.device != x.device()) {
+      os << "input " << i << " device: " << a.device.str() << " -> " << x.device().str();
+      return os.str();
+    }
+    if (a.strides != x.strides()) {
+      os << "input " << i << " strides: " << a.strides << " -> " << x.strides();
+      return os.str();
+    }
+    if (a.requires_grad != x.requires_grad()) {
+      os << "input " << i << " requires_grad: " << a.requires_grad << " -> "
+         << x.requires_grad();
+      return os.str();
+    }
+    if (a.alias != alias_of(t, i)) {
+      os << "input " << i << " aliasing of arguments changed";
+      return os.str();
+    }
+  }
+  return "a plain (non-tensor) argument changed value";
+}
+
+}  // namespace
+
+struct CompiledCore::Impl {
+  Options options;
+  CompileStats stats;
+  std::vector<std::unique_ptr<Entry>> entries;
+  Entry* last = nullptr;
+  bool over_limit = false;
+  std::string last_graph;
+
+  void run_eager(EagerFn eager, void* ctx, std::vector<Tensor>& outputs) {
+    outputs.clear();
+    eager(ctx, outputs);
+    ++stats.eager_calls;
+  }
+
+  void to_eager(Entry& e, const std::string& why) {
+    e.state = Entry::State::Eager;
+    e.eager_reason = why;
+    e.prev.reset();
+    ++stats.graph_breaks;
+    log(Log::graph_breaks, options.name + ": graph break: " + why +
+                               "; this signature runs eagerly from now on");
+  }
+
+  void build(Entry& e, Graph g) {
+    if (log_enabled(Log::graph)) log(Log::graph, options.name + ": traced graph\n" + g.str());
+    if (!e.prev) e.prev = std::make_unique<Graph>(g);  // kept as the raw trace
+    const std::vector<PassReport> reports = optimize(g);
+    if (log_enabled(Log::fusion)) {
+      std::ostringstream os;
+      os << options.name << ": passes";
+      for (const PassReport& r : reports)
+        os << " " << r.pass << " " << r.nodes_before << "->" << r.nodes_after;
+      os << "; " << g.groups.size() << " fused groups";
+      for (const Group& grp : g.groups) os << " [" << group_kind_name(grp.kind) << " x" << grp.nodes.size() << "]";
+      log(Log::fusion, os.str());
+    }
+    last_graph = g.str();
+    if (log_enabled(Log::graph)) log(Log::graph, options.name + ": optimized graph\n" + last_graph);
+    e.exec = std::make_unique<Executor>(std::move(g));
+    e.state = Entry::State::Compiled;
+    e.raw = std::move(e.prev);
+    ++stats.executables;
+    if (log_enabled(Log::perf)) {
+      const ExecutorStats& s = e.exec->stats();
+      log(Log::perf, options.name + ": executable " + std::to_string(s.steps) + " steps, " +
+                         std::to_string(s.kernels) + " kernel calls per replay, arena " +
+                         std::to_string(s.arena_bytes) + " bytes");
+    }
+  }
+
+  // dynamic=true: every dim of every argument may vary. auto: the dims in which this signature
+  // differs from an earlier one that is otherwise the same, seeded with that one's trace so the
+  // next trace can generalize at once. Entries without such dims stay exact.
+  void mark_symbolic(Entry& e, bool all) {
+    if (all) {
+      for (size_t i = 0; i < e.args.size(); ++i)
+        e.sym[i] = static_cast<uint16_t>((1u << e.args[i].sizes.size()) - 1);
+    } else {
+      for (auto& c : entries) {
+        Entry& b = *c;
+        if (&b == &e || b.args.size() != e.args.size() || b.grad_mode != e.grad_mode ||
+            b.plain.size != e.plain.size ||
+            std::memcmp(b.plain.bytes.data(), e.plain.bytes.data(), e.plain.size) != 0)
+          continue;
+        const Graph* seed = b.raw ? b.raw.get() : b.prev.get();
+        if (!seed) continue;
+        bool same = true;
+        std::vector<uint16_t> mask(e.args.size(), 0);
+        for (size_t i = 0; i < e.args.size() && same; ++i) {
+          const ArgSig& x = e.args[i];
+          const ArgSig& y = b.args[i];
+          same = x.sizes.size() == y.sizes.size() && x.dtype == y.dtype && x.device == y.device &&
+                 x.requires_grad == y.requires_grad && x.alias == y.alias;
+          for (int d = 0; same && d < x.sizes.size(); ++d)
+            if (x.sizes[d] != y.sizes[d]) mask[i] |= static_cast<uint16_t>(1u << d);
+          mask[i] |= b.sym[i];
+        }
+        if (!same) continue;
+        e.sym = mask;
+        e.prev = std::make_unique<Graph>(*seed);
+        e.prev_fp = fingerprint(*seed);
+        break;
+      }
+    }
+    for (uint16_t m : e.sym) e.symbolic = e.symbolic || m != 0;
+    // A symbolic entry matches after the exact ones.
+    if (e.symbolic)
+      for (size_t i = 0; i < entries.size(); ++i)
+        if (entries[i].get() == &e) {
+          std::unique_ptr<Entry> own = std::move(entries[i]);
+          entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
+          entries.push_back(std::move(own));
+          break;
+        }
+  }
+
+  // Serves a call from a symbolic entry's template.
+  enum class TemplateRun { Served, Disagree, Retrace };
+  TemplateRun run_template(Entry& e, std::span<const Tensor> tensors,
+                           std::vector<Tensor>& outputs) {
+    std::vector<int64_t>& sv = scratch_sizes;
+    if (!symbol_values(*e.tmpl, tensors, sv)) return TemplateRun::Disagree;
+    Entry::Instance* inst = nullptr;
+    for (auto& i : e.instances)
+      if (i.sizes == sv) inst = &i;
+    if (!inst) {
+      Graph g;
+      try {
+        g = instantiate(*e.tmpl, tensors, sv);
+      } catch (const Error& err) {
+        // These sizes do not fit what the two traces showed (e.g. a size that only works for
+        // some values): trace them as a signature of their own.
+        log(Log::recompiles, options.name + ": dynamic: sizes do not fit the template (" +
+                                 err.what() + ")");
+        return TemplateRun::Disagree;
+      }
+      optimize(g);
+      if (e.instances.size() >= kMaxInstances) e.instances.erase(e.instances.begin());
+      e.instances.push_back({sv, std::make_unique<Executor>(std::move(g))});
+      inst = &e.instances.back();
+      if (log_enabled(Log::perf)) {
+        std::string sizes;
+        for (int64_t v : sv) {
+          if (!sizes.empty()) sizes += ',';
+          sizes += std::to_string(v);
+        }
+        log(Log::perf, options.name + ": dynamic: planned sizes (" + sizes + ")");
+      }
+    }
+    const std::string stale = inst->exec->stale_reason();
+    if (!stale.empty()) {
+      log(Log::recompiles, options.name + ": recompiling: " + stale);
+      ++stats.recompiles;
+      e.tmpl.reset();
+      e.instances.clear();
+      e.traces = 0;
+      return TemplateRun::Retrace;
+    }
+    last = &e;
+    inst->exec->run(tensors, outputs);
+    ++stats.replays;
+    return TemplateRun::Served;
+  }
+  std::vector<int64_t> scratch_sizes;
+
+  Entry* make_entry(std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode) {
+    auto entry = std::make_unique<Entry>();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      ArgSig a;
+      a.sizes = tensors[i].sizes();
+      a.strides = tensors[i].strides();
+      a.dtype = tensors[i].dtype();
+      a.device = tensors[i].device();
+      a.requires_grad = tensors[i].requires_grad();
+      a.alias = alias_of(tensors, i);
+      entry->args.push_back(a);
+    }
+    entry->sym.assign(tensors.size(), 0);
+    entry->plain = plain;
+    entry->grad_mode = grad_mode;
+    // Exact entries go first so a size met before keeps its specialized executor.
+    entries.insert(entries.begin(), std::move(entry));
+    return entries.front().get();
+  }
+
+  void trace(Entry& e, std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode,
+             EagerFn eager, void* ctx, std::vector<Tensor>& outputs) {
+    outputs.clear();
+    auto tracer = std::make_unique<Tracer>(options.fullgraph);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      tracer->add_input(tensors[i], static_cast<int32_t>(i));
+    ++stats.traces;
+    eager(ctx, outputs);
+    tracer->finish(outputs);
+    if (tracer->broken()) {
+      to_eager(e, tracer->break_info().str());
+      return;
+    }
+    Graph g = std::move(tracer->graph());
+    tracer.reset();  // uninstall the hooks before anything else runs ops
+    // Replays return plain tensors: an output still needing autograd after the call cannot be
+    // served from an executable.
+    if (g.grad_effects.empty())
+      for (size_t i = 0; i < outputs.size(); ++i)
+        if (outputs[i].requires_grad()) {
+          const std::string why = "return: output " + std::to_string(i) +
+                                  " requires grad but the function ran no backward; compile the "
+                                  "whole step, or return a detached tensor";
+          if (options.fullgraph) throw GraphBreakError(why);
+          to_eager(e, why);
+          return;
+        }
+    std::string fp = fingerprint(g);
+    if (e.symbolic && e.prev && !e.tmpl && fp != e.prev_fp) {
+      std::string why;
+      std::optional<SymbolicTemplate> t = generalize(*e.prev, g, e.sym, &why);
+      if (t) {
+        e.tmpl = std::make_unique<SymbolicTemplate>(std::move(*t));
+        e.prev.reset();
+        ++stats.executables;
+        log(Log::recompiles,
+            options.name + ": dynamic: one executable for " + e.tmpl->describe());
+        return;
+      }
+      log(Log::recompiles, options.name + ": dynamic: cannot generalize yet (" + why + ")");
+    }
+    if (e.prev && fp == e.prev_fp) {
+      if (e.symbolic) {
+        // Agreed at one size: a specialized executor for it; the symbolic entry keeps the
+        // trace to generalize from when another size arrives.
+        Entry* x = make_entry(tensors, plain, grad_mode);
+        x->prev = std::make_unique<Graph>(g);
+        build(*x, std::move(g));
+        return;
+      }
+      build(e, std::move(g));
+      return;
+    }
+    if (e.prev) {
+      const std::string diff = first_difference(*e.prev, g);
+      if (diff.rfind("host constant", 0) == 0) {
+        if (options.fullgraph) throw GraphBreakError(diff);
+        to_eager(e, diff);
+        return;
+      }
+      log(Log::recompiles, options.name + ": trace " + std::to_string(e.traces + 1) +
+                               " differs from the previous one (" + diff + "); tracing again");
+    }
+    if (++e.traces >= kMaxTracesPerSignature) {
+      const std::string why = "the trace changed on each of " + std::to_string(e.traces) +
+                              " calls (last: " + first_difference(*e.prev, g) + ")";
+      if (options.fullgraph) throw GraphBreakError(why);
+      to_eager(e, why);
+      return;
+    }
+    e.prev = std::make_unique<Graph>(std::move(g));
+    e.prev_fp = std::move(fp);
+  }
+};
+
+CompiledCore::CompiledCore(Options options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+}
+CompiledCore::~CompiledCore() = default;
+const CompileStats& CompiledCore::stats() const { return impl_->stats; }
+const Options& CompiledCore::options() const { return impl_->options; }
+std::string CompiledCore::last_graph() const { return impl_->last_graph; }
+void CompiledCore::reset() {
+  impl_->entries.clear();
+  impl_->last = nullptr;
+  impl_->over_limit = false;
+}
+
+void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, EagerFn eager,
+                        void* ctx, std::vector<Tensor>& outputs) {
+  Impl& m = *impl_;
+  const bool grad_mode = GradMode::is_enabled();
+  Entry* e = nullptr;
+  if (m.last && matches(*m.last, tensors, plain, grad_mode)) {
+    e = m.last;
+  } else {
+    for (auto& c : m.entries)
+      if (matches(*c, tensors, plain, grad_mode)) {
+        e = c.get();
+        break;
+      }
+  }
+  if (e && e->tmpl) {
+    const auto r = m.run_template(*e, tensors, outputs);
+    if (r == Impl::TemplateRun::Served) return;
+    if (r == Impl::TemplateRun::Disagree) e = nullptr;  // a signature of its own
+  }
+  if (e && e->state == Entry::State::Compiled) {
+    const std::string stale = e->exec->stale_reason();
+    if (stale.empty()) {
+      m.last = e;
+      e->exec->run(tensors, outputs);
+      ++m.stats.replays;
+      return;
+    }
+    log(Log::recompiles, m.options.name + ": recompiling: " + stale);
+    ++m.stats.recompiles;
+    e->exec.reset();
+    e->state = Entry::State::Tracing;
+    e->traces = 0;
+  }
+  if (!e) {
+    if (m.over_limit || static_cast<int>(m.entries.size()) >= m.options.recompile_limit) {
+      if (!m.over_limit) {
+        m.over_limit = true;
+        const std::string msg = m.options.name + ": hit recompile_limit (" +
+                                std::to_string(m.options.recompile_limit) +
+                                " signatures); new signatures run eagerly";
+        if (log_enabled(Log::recompiles))
+          log(Log::recompiles, msg);
+        else
+          std::fprintf(stderr, "[ember] %s\n", msg.c_str());
+      }
+      m.run_eager(eager, ctx, outputs);
+      return;
+    }
+    std::string reason;
+    if (m.last) {
+      ++m.stats.recompiles;
+      reason = describe_miss(*m.last, tensors, plain, grad_mode);
+    }
+    e = m.make_entry(tensors, plain, grad_mode);
+    const bool dyn_all = m.options.dynamic.value_or(false);
+    const bool dyn_auto = !m.options.dynamic.has_value();
+    if (dyn_all || dyn_auto) m.mark_symbolic(*e, dyn_all);
+    if (!reason.empty()) {
+      if (e->symbolic && !dyn_all) reason += "; marking the changed dims dynamic";
+      log(Log::recompiles, m.options.name + ": recompiling: " + reason);
+    }
+  }
+  m.last = e;
+  if (e->state == Entry::State::Eager) {
+    m.run_eager(eager, ctx, outputs);
+    return;
+  }
+  m.trace(*e, tensors, plain, grad_mode, eager, ctx, outputs);
+}
+
+}  // namespace detail
+}  // namespace ember::jit

@@ -1,0 +1,257 @@
+#include "jit/executor.h"
+
+#include <algorithm>
+
+#include "core/allocator.h"
+#include "core/dispatch.h"
+#include "core/generator.h"
+#include "core/philox.h"
+#include "jit/cpu_group.h"
+
+namespace ember::jit {
+namespace {
+
+std::shared_ptr<TensorImpl> impl_for(const Value& v) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->sizes = v.shape;
+  impl->strides = v.strides;
+  impl->offset = v.offset;
+  impl->dtype = v.dtype;
+  impl->device = v.device;
+  return impl;
+}
+
+// A handle of its own on the same memory, so the caller's tensor never changes under it when
+// the executor re-points its slots.
+Tensor detached_copy(const TensorImpl& t) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage;
+  impl->sizes = t.sizes;
+  impl->strides = t.strides;
+  impl->offset = t.offset;
+  impl->dtype = t.dtype;
+  impl->device = t.device;
+  return Tensor(std::move(impl));
+}
+
+bool computes_on_cuda(const Graph& g) {
+  for (const Node& n : g.nodes)
+    if (n.out != kNoValue && g.values[n.out].device.is_cuda()) return true;
+  return false;
+}
+
+}  // namespace
+
+Executor::Executor(Graph graph) : g_(std::move(graph)) {
+  plan_ = plan_memory(g_, computes_on_cuda(g_));
+  build_slots();
+  build_steps();
+}
+
+Executor::~Executor() = default;
+
+void Executor::build_slots() {
+  const size_t nv = g_.values.size();
+  slots_.assign(nv, nullptr);
+  for (const MemoryPlan::Arena& a : plan_.arenas) {
+    arenas_.push_back(std::make_shared<Storage>(static_cast<size_t>(std::max<int64_t>(a.bytes, 1)),
+                                                a.device, allocator_for(a.device)));
+    stats_.arena_bytes += a.bytes;
+  }
+  input_members_.assign(g_.inputs.size(), {});
+  std::vector<int32_t> fresh_index(nv, -1);
+  for (size_t i = 0; i < nv; ++i) {
+    const auto id = static_cast<ValueId>(i);
+    const Value& v = g_.values[i];
+    if (v.root == id) {
+      switch (v.kind) {
+        case ValueKind::State: slots_[i] = g_.state[v.slot].impl_ptr(); break;
+        case ValueKind::Constant: slots_[i] = g_.constants[v.slot].impl_ptr(); break;
+        case ValueKind::Input: slots_[i] = impl_for(v); break;
+        case ValueKind::Node: {
+          slots_[i] = impl_for(v);
+          if (plan_.arena_of[i] >= 0) {
+            slots_[i]->storage = arenas_[plan_.arena_of[i]];
+            slots_[i]->offset = plan_.offset_of[i] / element_size(v.dtype);
+          } else if (plan_.fresh[i]) {
+            fresh_index[i] = static_cast<int32_t>(fresh_roots_.size());
+            fresh_roots_.push_back(id);
+            fresh_members_.push_back({id});
+          }
+          break;
+        }
+      }
+    } else {
+      // A view or in-place version: the root's memory, at the same distance from the root's
+      // first element as in the trace.
+      const Value& r = g_.values[v.root];
+      slots_[i] = impl_for(v);
+      slots_[i]->storage = slots_[v.root]->storage;
+      slots_[i]->offset = slots_[v.root]->offset + (v.offset - r.offset);
+      if (fresh_index[v.root] >= 0) fresh_members_[fresh_index[v.root]].push_back(id);
+    }
+  }
+  // Arguments: the values following each argument's memory.
+  for (size_t a = 0; a < g_.inputs.size(); ++a) {
+    const ValueId root = g_.inputs[a];
+    if (g_.values[root].slot != static_cast<int32_t>(a)) continue;  // an aliased argument
+    for (size_t i = 0; i < nv; ++i)
+      if (g_.values[i].root == root) input_members_[a].push_back(static_cast<ValueId>(i));
+  }
+  for (const GradEffect& e : g_.grad_effects) {
+    if (e.value == kNoValue || plan_.fresh[g_.values[e.value].root]) {
+      grad_tensors_.emplace_back();  // cleared, or rebuilt per replay
+    } else {
+      grad_tensors_.push_back(detached_copy(*slots_[e.value]));
+    }
+  }
+  for (const Tensor& s : g_.state) {
+    state_storage_.push_back(s.impl()->storage.get());
+    state_requires_grad_.push_back(s.requires_grad());
+  }
+}
+
+void Executor::build_steps() {
+  std::vector<ValueId> roots;
+  std::vector<bool> bump(g_.values.size(), false);
+  const bool cuda = computes_on_cuda(g_);
+  std::vector<int32_t> group_done(g_.groups.size(), 0);
+  for (size_t ni = 0; ni < g_.nodes.size(); ++ni) {
+    const Node& n = g_.nodes[ni];
+    g_.writes(n, roots);
+    for (ValueId r : roots)
+      if (g_.values[r].kind == ValueKind::State || g_.values[r].kind == ValueKind::Input)
+        bump[r] = true;
+    const OpKind kind = op_info(n.op).kind;
+    // A CPU pointwise or pointwise+reduction group runs chunked, once, at its last member.
+    if (!cuda && n.group >= 0) {
+      const Group& grp = g_.groups[n.group];
+      if (grp.kind == GroupKind::Pointwise || grp.kind == GroupKind::Reduction) {
+        if (static_cast<size_t>(grp.nodes.back()) != ni) continue;
+        Step s;
+        s.kind = StepKind::CpuGroup;
+        s.cpu_group = static_cast<int32_t>(cpu_groups_.size());
+        cpu_groups_.push_back(std::make_unique<CpuGroupRunner>(g_, grp, slots_, plan_));
+        stats_.kernels += cpu_groups_.back()->kernel_calls_per_run();
+        ++stats_.cpu_chunked_groups;
+        steps_.push_back(std::move(s));
+        continue;
+      }
+    }
+    if (kind == OpKind::View) continue;  // prebuilt
+    Step s;
+    s.op = n.op;
+    s.attrs = n.attrs;
+    for (ValueId in : n.inputs) s.args.push_back(slot_tensor(in));
+    if (n.out != kNoValue) {
+      s.out = slot_tensor(n.out);
+      s.device = g_.values[n.out].device;
+    } else {
+      s.device = g_.values[n.inputs[2]].device;
+    }
+    if (kind == OpKind::Random) {
+      s.kind = StepKind::Random;
+      s.rng_delta = n.attrs.offset;
+      rng_counters_ =
+          std::max(rng_counters_, n.attrs.offset + philox::counters_for(static_cast<uint64_t>(
+                                                       g_.values[n.out].numel())));
+    } else if (kind == OpKind::Transfer) {
+      s.kind = StepKind::Transfer;
+    } else if (kind == OpKind::MultiTensor) {
+      s.kind = StepKind::Update;
+    }
+    // Every tensor a kernel touches must have memory by now (inputs are bound per call, fresh
+    // outputs allocated per call); anything else is a planning bug, caught here, not in a kernel.
+    auto placed = [&](ValueId v) {
+      const ValueId r = g_.values[v].root;
+      return slots_[v]->storage != nullptr || g_.values[r].kind == ValueKind::Input ||
+             plan_.fresh[r] || g_.values[v].numel() == 0;
+    };
+    for (ValueId in : n.inputs)
+      EMBER_CHECK(placed(in), "jit executor: value %", in, " read by ", op_name(n.op),
+                  " has no memory (internal error)");
+    EMBER_CHECK(n.out == kNoValue || placed(n.out), "jit executor: output %", n.out, " of ",
+                op_name(n.op), " has no memory (internal error)");
+    ++stats_.kernels;
+    steps_.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < bump.size(); ++i)
+    if (bump[i]) written_external_.push_back(static_cast<ValueId>(i));
+  stats_.steps = static_cast<int32_t>(steps_.size());
+}
+
+std::string Executor::stale_reason() const {
+  for (size_t i = 0; i < g_.state.size(); ++i) {
+    const TensorImpl& t = *g_.state[i].impl();
+    if (t.storage.get() != state_storage_[i])
+      return "state " + std::to_string(i) + " (shape " + t.sizes.str() +
+             ") now lives in other memory (moved or reallocated)";
+    if (g_.state[i].requires_grad() != state_requires_grad_[i])
+      return "state " + std::to_string(i) + " (shape " + t.sizes.str() +
+             ") changed requires_grad";
+  }
+  return {};
+}
+
+void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
+  // Bind the arguments: their memory, and the views the trace took of them.
+  for (size_t a = 0; a < input_members_.size(); ++a) {
+    if (input_members_[a].empty()) continue;
+    const TensorImpl& arg = *args[a].impl();
+    const Value& root = g_.values[g_.inputs[a]];
+    const int64_t shift = arg.offset - root.offset;
+    for (ValueId v : input_members_[a]) {
+      TensorImpl& s = *slots_[v];
+      s.storage = arg.storage;
+      s.offset = g_.values[v].offset + shift;
+    }
+  }
+  // Returned tensors get memory of their own each call.
+  for (size_t f = 0; f < fresh_roots_.size(); ++f) {
+    const Value& r = g_.values[fresh_roots_[f]];
+    StoragePtr st = make_empty(r.shape, r.dtype, r.device).impl()->storage;
+    for (ValueId v : fresh_members_[f]) slots_[v]->storage = st;
+  }
+  uint64_t rng_base = 0, rng_seed = 0;
+  if (rng_counters_ > 0) {
+    Generator& gen = default_generator();
+    rng_seed = gen.seed();
+    rng_base = gen.advance(rng_counters_);
+  }
+  for (Step& s : steps_) {
+    switch (s.kind) {
+      case StepKind::Kernel:
+      case StepKind::Update: run_kernel({s.op, s.args, s.attrs, s.out}, s.device); break;
+      case StepKind::Random:
+        s.attrs.seed = rng_seed;
+        s.attrs.offset = rng_base + s.rng_delta;
+        run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
+        break;
+      case StepKind::Transfer: run_transfer(s.args[0], s.out); break;
+      case StepKind::CpuGroup: cpu_groups_[s.cpu_group]->run(); break;
+    }
+  }
+  for (ValueId r : written_external_) ++slots_[r]->storage->version;
+  for (size_t i = 0; i < g_.grad_effects.size(); ++i) {
+    const GradEffect& e = g_.grad_effects[i];
+    Tensor& param = g_.state[e.state];
+    if (e.value == kNoValue) {
+      param.set_grad(Tensor());
+    } else if (grad_tensors_[i].defined()) {
+      param.set_grad(grad_tensors_[i]);
+    } else {
+      param.set_grad(detached_copy(*slots_[e.value]));
+    }
+  }
+  outputs.clear();
+  for (ValueId o : g_.outputs) {
+    const Value& v = g_.values[o];
+    if (g_.values[v.root].kind == ValueKind::Constant) {
+      outputs.push_back(Tensor(slots_[o]).clone());  // never hand out the frozen constant
+    } else {
+      outputs.push_back(detached_copy(*slots_[o]));
+    }
+  }
+}
+
+}  // namespace ember::jit

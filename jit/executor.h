@@ -1,0 +1,78 @@
+#pragma once
+// Runs an optimized Graph: every stored value has a fixed place (the memory plan's arena), every
+// step is a prebuilt kernel call, so a replay binds the inputs, launches, applies the effects and
+// allocates nothing but the tensors it returns.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jit/graph.h"
+#include "jit/passes.h"
+
+namespace ember::jit {
+
+class CpuGroupRunner;  // jit/cpu_group.h
+
+struct ExecutorStats {
+  int32_t steps = 0;            // units launched per replay
+  int32_t kernels = 0;          // device kernels per replay (CUDA) or kernel calls (CPU)
+  int32_t cpu_chunked_groups = 0;
+  int64_t arena_bytes = 0;
+};
+
+class Executor {
+ public:
+  explicit Executor(Graph graph);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Why this executable can no longer run (state reallocated, a parameter's requires_grad
+  // changed), or empty when it can. Checked before every replay; cheap.
+  std::string stale_reason() const;
+  // One replay: `args` are the tensor arguments in order (already checked against the
+  // signature); the returned tensors are fresh (nothing later overwrites them).
+  void run(std::span<const Tensor> args, std::vector<Tensor>& outputs);
+
+  const Graph& graph() const { return g_; }
+  const MemoryPlan& plan() const { return plan_; }
+  const ExecutorStats& stats() const { return stats_; }
+
+ private:
+  enum class StepKind : uint8_t { Kernel, Random, Transfer, Update, CpuGroup };
+  struct Step {
+    StepKind kind = StepKind::Kernel;
+    OpId op = OpId::neg;
+    Attrs attrs;
+    std::vector<Tensor> args;
+    Tensor out;
+    Device device;
+    uint64_t rng_delta = 0;
+    int32_t cpu_group = -1;
+  };
+
+  void build_slots();
+  void build_steps();
+  Tensor slot_tensor(ValueId v) const { return Tensor(slots_[v]); }
+
+  Graph g_;
+  MemoryPlan plan_;
+  ExecutorStats stats_;
+  std::vector<std::shared_ptr<TensorImpl>> slots_;  // per value id
+  std::vector<StoragePtr> arenas_;
+  std::vector<Step> steps_;
+  std::vector<std::unique_ptr<CpuGroupRunner>> cpu_groups_;
+  // Per input argument: the values whose storage follows it (the root and its views).
+  std::vector<std::vector<ValueId>> input_members_;
+  // Roots allocated fresh per replay, and the values sharing each.
+  std::vector<ValueId> fresh_roots_;
+  std::vector<std::vector<ValueId>> fresh_members_;
+  std::vector<Tensor> grad_tensors_;  // per grad effect (undefined: clears the grad)
+  std::vector<const Storage*> state_storage_;
+  std::vector<bool> state_requires_grad_;
+  std::vector<ValueId> written_external_;  // roots whose version a replay bumps
+  uint64_t rng_counters_ = 0;
+};
+
+}  // namespace ember::jit

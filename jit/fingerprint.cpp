@@ -1,0 +1,136 @@
+#include "jit/fingerprint.h"
+
+#include <cstring>
+#include <sstream>
+
+namespace ember::jit {
+namespace {
+
+struct Writer {
+  std::string s;
+  template <class T>
+  void pod(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    s.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void dims(const Dims& d) {
+    pod(d.size());
+    for (int64_t x : d) pod(x);
+  }
+  void scalar(const Scalar& v) {
+    pod(v.is_floating());
+    if (v.is_floating())
+      pod(v.to_double());
+    else
+      pod(v.to_int());
+  }
+  void attrs(const Attrs& a) {
+    dims(a.shape);
+    dims(a.dims);
+    pod(a.dim);
+    pod(a.start);
+    pod(a.end);
+    pod(a.step);
+    pod(a.keepdim);
+    pod(a.has_lo);
+    pod(a.has_hi);
+    pod(a.approximate_tanh);
+    scalar(a.lo);
+    scalar(a.hi);
+    scalar(a.value);
+    pod(a.range_start);
+    pod(a.range_end);
+    pod(a.range_step);
+    pod(a.dtype);
+    pod(a.device.type);
+    pod(a.device.index);
+    pod(a.ignore_index);
+    pod(a.label_smoothing);
+    pod(a.num_classes);
+    pod(a.seed);
+    pod(a.offset);
+    pod(a.num_tensors);
+    pod(a.nesterov);
+    pod(a.maximize);
+    pod(a.momentum_buffers);
+  }
+  void value(const Value& v) {
+    pod(v.kind);
+    dims(v.shape);
+    dims(v.strides);
+    pod(v.offset);
+    pod(v.dtype);
+    pod(v.device.type);
+    pod(v.device.index);
+    pod(v.root);
+    pod(v.slot);
+  }
+  void node(const Node& n) {
+    pod(n.op);
+    attrs(n.attrs);
+    pod(n.inputs.size());
+    for (ValueId v : n.inputs) pod(v);
+    pod(n.out);
+    pod(n.inplace);
+    pod(n.inplace_of);
+  }
+};
+
+std::string constant_bytes(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes()));
+}
+
+}  // namespace
+
+std::string fingerprint(const Graph& g) {
+  Writer w;
+  w.pod(g.values.size());
+  for (const Value& v : g.values) w.value(v);
+  w.pod(g.nodes.size());
+  for (const Node& n : g.nodes) w.node(n);
+  for (ValueId v : g.inputs) w.pod(v);
+  w.pod(-1);
+  for (ValueId v : g.outputs) w.pod(v);
+  w.pod(-1);
+  for (const Tensor& t : g.state) w.pod(reinterpret_cast<uintptr_t>(t.impl()));
+  w.pod(-1);
+  for (const Tensor& t : g.constants) {
+    w.s += constant_bytes(t);
+    w.pod(t.impl()->wrapped_number);
+  }
+  for (const GradEffect& e : g.grad_effects) {
+    w.pod(e.state);
+    w.pod(e.value);
+  }
+  return w.s;
+}
+
+std::string first_difference(const Graph& a, const Graph& b) {
+  std::ostringstream os;
+  if (a.nodes.size() != b.nodes.size())
+    return "the trace has " + std::to_string(b.nodes.size()) + " ops, the previous one " +
+           std::to_string(a.nodes.size());
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    Writer wa, wb;
+    wa.node(a.nodes[i]);
+    wb.node(b.nodes[i]);
+    if (wa.s != wb.s) {
+      os << "op " << i << " (" << op_name(b.nodes[i].op) << ") differs from the previous trace's ("
+         << op_name(a.nodes[i].op) << ")";
+      return os.str();
+    }
+  }
+  if (a.state.size() != b.state.size()) return "it reads different state tensors";
+  for (size_t i = 0; i < a.state.size(); ++i)
+    if (!a.state[i].is_same(b.state[i]))
+      return "state " + std::to_string(i) + " (shape " + b.state[i].sizes().str() +
+             ") is a different tensor than in the previous trace";
+  for (size_t i = 0; i < a.constants.size() && i < b.constants.size(); ++i)
+    if (constant_bytes(a.constants[i]) != constant_bytes(b.constants[i]))
+      return "host constant " + std::to_string(i) + " (shape " + b.constants[i].sizes().str() +
+             ") changed between calls";
+  if (fingerprint(a) != fingerprint(b)) return "the layout of its values or effects differs";
+  return {};
+}
+
+}  // namespace ember::jit

@@ -1,0 +1,67 @@
+#pragma once
+// The passes over a traced Graph, one per file under jit/passes/. Each rewrites the graph in
+// place and keeps its meaning: the same external effects (writes to state and inputs, .grad
+// assignments) and the same outputs, in the same order where memory aliases.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "jit/graph.h"
+
+namespace ember::jit {
+
+// Removes nodes whose result nobody needs: not read by a live node, not an output, not a grad
+// effect, and not writing memory that outlives the replay (state, inputs, outputs).
+void eliminate_dead_code(Graph& g);
+
+// Merges identical pure nodes (same op, attrs and inputs, no write to an input's memory between
+// them); later uses read the first. Random ops, in-place ops and updates are never merged.
+void eliminate_common_subexpressions(Graph& g);
+
+// Evaluates pure nodes whose inputs are all constants (small ones, on the host or the device)
+// at compile time and makes their results constants: e.g. a host-data tensor moved to the GPU,
+// or arithmetic on wrapped numbers.
+void fold_constants(Graph& g);
+
+// Canonical forms the executor prefers: view ops that change nothing are dropped (their uses
+// read the input); a contiguous() copy feeding only matmuls, of a value nobody writes later, is
+// dropped (GEMMs read transposed operands through their layout flags); a same-dtype cast of a
+// value that is dead afterwards and never written aliases its source instead of copying.
+void canonicalize(Graph& g);
+
+// Groups nodes the executor runs as one unit (Graph::groups, Node::group): pointwise chains of
+// one shape, reductions consuming them, bias/activation epilogues of matmuls, and the
+// cross-entropy forward+backward pair. See GroupKind.
+void fuse(Graph& g);
+
+// Where every stored value lives during a replay.
+struct MemoryPlan {
+  struct Arena {
+    Device device;
+    int64_t bytes = 0;
+  };
+  std::vector<Arena> arenas;  // one per device the graph computes on
+  // Per value id: the arena and byte offset of the storage it owns, or -1 when it owns none
+  // here (views, inputs, state, constants, outputs and group-internal values that never exist).
+  std::vector<int32_t> arena_of;
+  std::vector<int64_t> offset_of;
+  // Per value id: true when a replay allocates it fresh (roots of returned outputs, so a caller
+  // never sees a later call overwrite what it holds).
+  std::vector<bool> fresh;
+  int64_t total_bytes() const;
+};
+// Liveness over the node order -> offsets, reusing the space of dead values (first fit, 256-byte
+// aligned). `materialize_group_internals`: store values that stay inside a fused group (true when
+// the executor runs groups as separate kernels, as the generic CUDA path does).
+MemoryPlan plan_memory(const Graph& g, bool materialize_group_internals);
+
+// Counts for logs and explain().
+struct PassReport {
+  std::string pass;
+  int32_t nodes_before = 0, nodes_after = 0;
+};
+
+// Runs every pass in order (dce, cse, fold, canonicalize, dce, fuse) and reports each.
+std::vector<PassReport> optimize(Graph& g);
+
+}  // namespace ember::jit

@@ -1,0 +1,352 @@
+// Fusion: groups of nodes the executor runs as one unit, at the position of the group's last
+// member. Groups grow greedily in node order. A group is legal when moving its members to that
+// position changes nothing: no non-member between its first and last member writes memory a
+// member reads or produces, or reads a member's output (it would run before the group has).
+//
+// The cross-entropy pair needs one reordering first: the loss reduction reads the forward's
+// per-sample losses between the forward and its backward, so the nodes that depend on the
+// forward's output (and nothing the backward needs) are moved after the backward when that is
+// safe.
+#include <algorithm>
+#include <vector>
+
+#include "jit/passes.h"
+
+namespace ember::jit {
+namespace {
+
+bool is_pointwise_node(const Node& n) {
+  const OpKind k = op_info(n.op).kind;
+  return (k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Ternary) && !n.inplace &&
+         n.out != kNoValue;
+}
+
+bool is_fusable_reduce(const Node& n) {
+  return (n.op == OpId::sum || n.op == OpId::mean || n.op == OpId::amax || n.op == OpId::amin) &&
+         !n.inplace && n.out != kNoValue;
+}
+
+bool same_loss_attrs(const Attrs& a, const Attrs& b) {
+  return a.ignore_index == b.ignore_index && a.label_smoothing == b.label_smoothing;
+}
+
+template <class V, class T>
+bool contains(const V& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// Values a caller holds after the replay (by name or through their memory).
+std::vector<char> returned_values(const Graph& g) {
+  std::vector<char> r(g.values.size(), 0);
+  auto mark = [&](ValueId v) { r[v] = r[g.values[v].root] = 1; };
+  for (ValueId o : g.outputs) mark(o);
+  for (const GradEffect& e : g.grad_effects)
+    if (e.value != kNoValue) mark(e.value);
+  return r;
+}
+
+// Moves the nodes between a cross_entropy `c` and its backward `b` that depend on c's output
+// to just after b, when nothing else between (b included) needs them and no write between
+// touches what they read. Returns whether the graph changed.
+bool sink_after_backward(Graph& g, int32_t c, int32_t b) {
+  std::vector<ValueId> tainted{g.nodes[c].out};  // roots derived from c's output
+  std::vector<ValueId> w, sunk_reads;
+  std::vector<int32_t> sunk;
+  auto reads_tainted = [&](const Node& n) {
+    for (ValueId in : n.inputs)
+      if (contains(tainted, g.values[in].root)) return true;
+    return false;
+  };
+  for (int32_t k = c + 1; k < b; ++k) {
+    const Node& n = g.nodes[k];
+    g.writes(n, w);
+    for (ValueId r : w)
+      if (contains(tainted, r)) return false;  // a write into derived memory stays in place
+    if (!reads_tainted(n)) continue;
+    if (!w.empty() || n.out == kNoValue) return false;  // effects keep their position
+    sunk.push_back(k);
+    tainted.push_back(g.values[n.out].root);
+    for (ValueId in : n.inputs) sunk_reads.push_back(g.values[in].root);
+  }
+  if (sunk.empty() || reads_tainted(g.nodes[b])) return false;
+  for (int32_t k = c + 1; k <= b; ++k) {
+    if (contains(sunk, k)) continue;
+    g.writes(g.nodes[k], w);
+    for (ValueId r : w)
+      if (contains(sunk_reads, r)) return false;
+  }
+  std::vector<Node> order;
+  order.reserve(g.nodes.size());
+  for (int32_t k = 0; k <= c; ++k) order.push_back(std::move(g.nodes[k]));
+  for (int32_t k = c + 1; k <= b; ++k)
+    if (!contains(sunk, k)) order.push_back(std::move(g.nodes[k]));
+  for (int32_t k : sunk) order.push_back(std::move(g.nodes[k]));
+  for (size_t k = b + 1; k < g.nodes.size(); ++k) order.push_back(std::move(g.nodes[k]));
+  g.nodes = std::move(order);
+  g.reindex();
+  return true;
+}
+
+// The cross_entropy node before `b` (a cross_entropy_backward) over the same logits and target
+// with the same loss attributes, or -1.
+int32_t forward_of(const Graph& g, int32_t b) {
+  const Node& nb = g.nodes[b];
+  for (int32_t k = b - 1; k >= 0; --k) {
+    const Node& n = g.nodes[k];
+    if (n.op == OpId::cross_entropy && !n.inplace && n.inputs.size() == 2 &&
+        nb.inputs.size() == 3 && n.inputs[0] == nb.inputs[1] && n.inputs[1] == nb.inputs[2] &&
+        same_loss_attrs(n.attrs, nb.attrs))
+      return k;
+  }
+  return -1;
+}
+
+struct Candidate {
+  GroupKind kind = GroupKind::Pointwise;
+  std::vector<int32_t> nodes;  // ascending
+  Shape shape;                 // output shape of the pointwise members
+  Device device;
+  bool closed = false;  // a reduction ends its group
+};
+
+class Fuser {
+ public:
+  explicit Fuser(Graph& g) : g_(g) {}
+
+  void run() {
+    g_.groups.clear();
+    for (Node& n : g_.nodes) n.group = -1;
+    sink_loss_consumers();
+    const size_t nn = g_.nodes.size();
+    writes_.assign(nn, {});
+    for (size_t i = 0; i < nn; ++i) g_.writes(g_.nodes[i], writes_[i]);
+    member_.assign(nn, -1);
+    returned_ = returned_values(g_);
+    root_readers_.assign(g_.values.size(), {});
+    for (size_t i = 0; i < nn; ++i)
+      for (ValueId in : g_.nodes[i].inputs)
+        root_readers_[g_.values[in].root].push_back(static_cast<int32_t>(i));
+
+    pair_cross_entropy();
+    for (size_t i = 0; i < nn; ++i) {
+      const auto k = static_cast<int32_t>(i);
+      if (member_[k] >= 0) continue;
+      const Node& n = g_.nodes[k];
+      if (n.op == OpId::mm && !n.inplace && n.out != kNoValue && epilogue_capable(n.out))
+        open(GroupKind::GemmEpilogue, k);
+      else if (is_pointwise_node(n))
+        place_pointwise(k);
+      else if (is_fusable_reduce(n))
+        place_reduction(k);
+    }
+    finish();
+  }
+
+ private:
+  // Pairs every cross_entropy_backward with its forward, moving the loss reduction out of the
+  // way first. Node indices change with each move, so pairs are found by rescanning.
+  void sink_loss_consumers() {
+    std::vector<ValueId> done;  // backward outputs already handled (stable across moves)
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (size_t b = 0; b < g_.nodes.size() && !moved; ++b) {
+        const Node& n = g_.nodes[b];
+        if (n.op != OpId::cross_entropy_backward || n.inplace || contains(done, n.out)) continue;
+        done.push_back(n.out);
+        const int32_t c = forward_of(g_, static_cast<int32_t>(b));
+        if (c >= 0) moved = sink_after_backward(g_, c, static_cast<int32_t>(b));
+      }
+    }
+  }
+
+  void pair_cross_entropy() {
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const auto b = static_cast<int32_t>(i);
+      const Node& n = g_.nodes[b];
+      if (n.op != OpId::cross_entropy_backward || n.inplace || n.out == kNoValue) continue;
+      const int32_t c = forward_of(g_, b);
+      if (c < 0 || member_[c] >= 0) continue;
+      const int32_t ci = open(GroupKind::CrossEntropy, c);
+      if (can_add(ci, b)) {
+        add(ci, b);
+        cands_[ci].closed = true;
+      } else {
+        member_[c] = -1;
+        cands_.pop_back();
+      }
+    }
+  }
+
+  // An mm whose result only feeds same-shape pointwise nodes, so an epilogue can consume it
+  // without it ever being stored.
+  bool epilogue_capable(ValueId out) const {
+    if (returned_[out]) return false;
+    const Value& o = g_.values[out];
+    for (int32_t r : root_readers_[out]) {
+      const Node& n = g_.nodes[r];
+      if (!is_pointwise_node(n) || !contains(n.inputs, out)) return false;
+      const Value& v = g_.values[n.out];
+      if (v.shape != o.shape || v.device != o.device) return false;
+    }
+    for (size_t k = 0; k < writes_.size(); ++k)
+      if (contains(writes_[k], out)) return false;
+    return true;
+  }
+
+  int32_t open(GroupKind kind, int32_t node) {
+    Candidate c;
+    c.kind = kind;
+    c.nodes = {node};
+    const Value& v = g_.values[g_.nodes[node].out];
+    c.shape = v.shape;
+    c.device = v.device;
+    cands_.push_back(std::move(c));
+    const auto ci = static_cast<int32_t>(cands_.size() - 1);
+    member_[node] = ci;
+    return ci;
+  }
+
+  void add(int32_t ci, int32_t node) {
+    cands_[ci].nodes.push_back(node);
+    member_[node] = ci;
+  }
+
+  // The candidate producing `v` as a member output, or -1.
+  int32_t cand_of_value(ValueId v) const {
+    const int32_t p = g_.values[v].producer;
+    if (p < 0 || g_.nodes[p].out != v || g_.is_view(v)) return -1;
+    return member_[p];
+  }
+
+  // Whether node `i` (after every member) may join candidate `ci`; see the file comment.
+  bool can_add(int32_t ci, int32_t i) const {
+    const Candidate& c = cands_[ci];
+    const int32_t f = c.nodes.front(), l = c.nodes.back();
+    std::vector<ValueId> new_reads, reads, outs;
+    for (ValueId in : g_.nodes[i].inputs) new_reads.push_back(g_.values[in].root);
+    for (int32_t m : c.nodes) {
+      outs.push_back(g_.nodes[m].out);
+      for (ValueId in : g_.nodes[m].inputs) reads.push_back(g_.values[in].root);
+    }
+    // Non-members before l were checked against the older members when those joined.
+    for (int32_t k = f + 1; k < i; ++k) {
+      if (member_[k] == ci) continue;
+      for (ValueId r : writes_[k])
+        if (contains(new_reads, r)) return false;
+      if (k <= l) continue;
+      for (ValueId r : writes_[k])
+        if (contains(reads, r) || contains(outs, r)) return false;
+      for (ValueId in : g_.nodes[k].inputs)
+        if (contains(outs, g_.values[in].root)) return false;
+    }
+    return true;
+  }
+
+  bool fits(const Candidate& c, const Value& out) const {
+    return !c.closed && c.shape == out.shape && c.device == out.device &&
+           (c.kind == GroupKind::Pointwise || c.kind == GroupKind::GemmEpilogue);
+  }
+
+  void place_pointwise(int32_t i) {
+    const Node& n = g_.nodes[i];
+    const Value& out = g_.values[n.out];
+    std::vector<int32_t> options;
+    for (ValueId in : n.inputs) {
+      const int32_t ci = cand_of_value(in);
+      if (ci >= 0 && fits(cands_[ci], out) && !contains(options, ci)) options.push_back(ci);
+    }
+    // Pointwise chains first (a relu-backward mask chain rather than the GEMM producing the
+    // incoming gradient: the chain can still take the bias-gradient reduction); then the
+    // candidate that ran last.
+    std::sort(options.begin(), options.end(), [&](int32_t a, int32_t b) {
+      const bool pa = cands_[a].kind == GroupKind::Pointwise;
+      const bool pb = cands_[b].kind == GroupKind::Pointwise;
+      if (pa != pb) return pa;
+      return cands_[a].nodes.back() > cands_[b].nodes.back();
+    });
+    for (int32_t ci : options)
+      if (can_add(ci, i)) {
+        add(ci, i);
+        return;
+      }
+    open(GroupKind::Pointwise, i);
+  }
+
+  void place_reduction(int32_t i) {
+    const int32_t ci = cand_of_value(g_.nodes[i].inputs[0]);
+    if (ci < 0) return;
+    Candidate& c = cands_[ci];
+    if (c.kind != GroupKind::Pointwise || c.closed || !can_add(ci, i)) return;
+    add(ci, i);
+    c.kind = GroupKind::Reduction;
+    c.closed = true;
+  }
+
+  // Whether every member after the first reads an earlier member's output.
+  bool connected(const Candidate& c) const {
+    for (size_t j = 1; j < c.nodes.size(); ++j) {
+      bool reads_member = false;
+      for (ValueId in : g_.nodes[c.nodes[j]].inputs) {
+        const int32_t p = g_.values[in].producer;
+        reads_member = reads_member ||
+                       (p >= 0 && g_.nodes[p].out == in && contains(c.nodes, p) && p < c.nodes[j]);
+      }
+      if (!reads_member) return false;
+    }
+    return true;
+  }
+
+  // Drops candidates that did not become groups and records the rest in the graph.
+  void finish() {
+    std::vector<Candidate> kept;
+    for (Candidate& c : cands_) {
+      if (c.kind == GroupKind::GemmEpilogue) {
+        const ValueId mm_out = g_.nodes[c.nodes.front()].out;
+        bool internal = true;
+        for (int32_t r : root_readers_[mm_out]) internal = internal && contains(c.nodes, r);
+        if (!internal) {
+          // Some reader stayed outside: the rest may still be a pointwise chain.
+          c.nodes.erase(c.nodes.begin());
+          c.kind = GroupKind::Pointwise;
+          if (!connected(c)) continue;
+        }
+      }
+      if (c.nodes.size() >= 2) kept.push_back(std::move(c));
+    }
+    std::sort(kept.begin(), kept.end(),
+              [](const Candidate& a, const Candidate& b) { return a.nodes[0] < b.nodes[0]; });
+    for (Node& n : g_.nodes) n.group = -1;
+    for (size_t gi = 0; gi < kept.size(); ++gi)
+      for (int32_t m : kept[gi].nodes) g_.nodes[m].group = static_cast<int32_t>(gi);
+    for (size_t gi = 0; gi < kept.size(); ++gi) {
+      Group grp;
+      grp.kind = kept[gi].kind;
+      grp.nodes = kept[gi].nodes;
+      std::vector<ValueId> member_outs;
+      for (int32_t m : grp.nodes) member_outs.push_back(g_.nodes[m].out);
+      for (int32_t m : grp.nodes)
+        for (ValueId in : g_.nodes[m].inputs)
+          if (!contains(member_outs, in) && !contains(grp.inputs, in)) grp.inputs.push_back(in);
+      for (ValueId o : member_outs) {
+        bool needed = returned_[o];
+        for (int32_t r : root_readers_[o]) needed = needed || g_.nodes[r].group != (int32_t)gi;
+        for (size_t k = 0; k < writes_.size() && !needed; ++k) needed = contains(writes_[k], o);
+        if (needed) grp.outputs.push_back(o);
+      }
+      g_.groups.push_back(std::move(grp));
+    }
+  }
+
+  Graph& g_;
+  std::vector<std::vector<ValueId>> writes_;  // per node: the roots it writes
+  std::vector<int32_t> member_;               // per node: its candidate, or -1
+  std::vector<Candidate> cands_;
+  std::vector<char> returned_;
+  std::vector<std::vector<int32_t>> root_readers_;  // per root: nodes reading its memory
+};
+
+}  // namespace
+
+void fuse(Graph& g) { Fuser(g).run(); }
+
+}  // namespace ember::jit
