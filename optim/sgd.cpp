@@ -110,7 +110,11 @@ Tensor SGD::momentum_buffer(size_t group, size_t index) const {
 
 int64_t SGD::steps(size_t group) const {
   check_group(group, "steps");
-  return state_[group].steps;
+  // The device counter is the truth: a jit::compile'd step advances it without running this
+  // object's host code.
+  const GroupState& st = state_[group];
+  if (st.slots.empty()) return st.steps;
+  return static_cast<int64_t>(st.slots[0].step.item<float>());
 }
 
 void SGD::run_update(size_t group, size_t slot, const std::vector<size_t>& idx, bool first_step) {

@@ -1,0 +1,551 @@
+// Differential test of the JIT: random programs of table ops (pointwise unary/binary with
+// broadcasting and wrapped scalars, where over a comparison, sum/mean/amax over random dims,
+// matmuls with transposed operands, views: transpose, reshape, view, slice, narrow, unsqueeze,
+// expand) over 1-3 float inputs of random shapes and layouts. Each program is compiled and
+// called 4 times with fresh random inputs (calls 1-2 trace, 3-4 replay the executable); every
+// output of every call is compared with the same program run eagerly on the same inputs.
+// A failure prints the seed and the program.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "jit/compile.h"
+#include "test_util.h"
+
+using namespace ember;
+
+namespace {
+
+enum class Op {
+  Relu,
+  Neg,
+  Abs,
+  Tanh,
+  Sigmoid,
+  ExpTanh,   // exp(tanh(a)): bounded
+  LogAbs1,   // log(|a| + 1)
+  Add,
+  Sub,
+  Mul,
+  DivSafe,   // a / (|b| + 1)
+  Maximum,
+  AddScalar,
+  MulScalar,
+  ScalarSub,  // s - a (the scalar on the left)
+  WhereGt,    // where(a > s, a, b)
+  Sum,
+  Mean,
+  Amax,
+  Matmul,     // matmul(a or a^T, b or b^T) over the last two dims
+  Transpose,
+  Reshape,
+  View,
+  Slice,
+  Narrow,
+  Unsqueeze,
+  Expand,
+};
+
+struct Instr {
+  Op op = Op::Relu;
+  int a = -1, b = -1;
+  int64_t i0 = 0, i1 = 0, i2 = 0, i3 = 0;
+  double s = 0;
+  bool keepdim = false;
+  Dims dims;
+  Shape shape;
+  std::string text;
+};
+
+struct Program {
+  uint64_t seed = 0;
+  std::vector<Shape> input_shapes;
+  std::vector<bool> input_transposed;  // passed as a transposed (non-contiguous) tensor
+  std::vector<Instr> instrs;
+  std::vector<int> outputs;  // value indices (inputs first, then one per instr)
+  int num_inputs() const { return static_cast<int>(input_shapes.size()); }
+  std::string str() const {
+    std::ostringstream os;
+    os << "program (seed " << seed << "):\n";
+    for (int i = 0; i < num_inputs(); ++i)
+      os << "  %" << i << " = input " << input_shapes[i]
+         << (input_transposed[i] ? " (transposed layout)" : "") << "\n";
+    for (size_t k = 0; k < instrs.size(); ++k) os << "  %" << num_inputs() + k << " = " << instrs[k].text << "\n";
+    os << "  return";
+    for (int o : outputs) os << " %" << o;
+    os << "\n";
+    return os.str();
+  }
+};
+
+Tensor apply_instr(const Instr& in, const std::vector<Tensor>& v) {
+  const Tensor& a = v[in.a];
+  const Tensor b = in.b >= 0 ? v[in.b] : Tensor();
+  switch (in.op) {
+    case Op::Relu: return relu(a);
+    case Op::Neg: return neg(a);
+    case Op::Abs: return abs(a);
+    case Op::Tanh: return tanh(a);
+    case Op::Sigmoid: return sigmoid(a);
+    case Op::ExpTanh: return exp(tanh(a));
+    case Op::LogAbs1: return log(abs(a) + 1.0);
+    case Op::Add: return add(a, b);
+    case Op::Sub: return sub(a, b);
+    case Op::Mul: return mul(a, b);
+    case Op::DivSafe: return div(a, abs(b) + 1.0);
+    case Op::Maximum: return maximum(a, b);
+    case Op::AddScalar: return add(a, in.s);
+    case Op::MulScalar: return mul(a, in.s);
+    case Op::ScalarSub: return sub(in.s, a);
+    case Op::WhereGt: return where(gt(a, in.s), a, b);
+    case Op::Sum: return sum(a, in.dims, in.keepdim);
+    case Op::Mean: return mean(a, in.dims, in.keepdim);
+    case Op::Amax: return amax(a, in.dims, in.keepdim);
+    case Op::Matmul: {
+      const Tensor x = in.i0 ? a.transpose(-2, -1) : a;
+      const Tensor y = in.i1 ? b.transpose(-2, -1) : b;
+      return a.dim() == 2 && b.dim() == 2 ? mm(x, y) : matmul(x, y);
+    }
+    case Op::Transpose: return a.transpose(in.i0, in.i1);
+    case Op::Reshape: return a.reshape(in.shape);
+    case Op::View: return a.view(in.shape);
+    case Op::Slice: return a.slice(in.i0, in.i1, in.i2, in.i3);
+    case Op::Narrow: return a.narrow(in.i0, in.i1, in.i2);
+    case Op::Unsqueeze: return a.unsqueeze(in.i0);
+    case Op::Expand: return a.expand(in.shape);
+  }
+  return {};
+}
+
+// The program run eagerly: the reference, and the body the JIT compiles.
+std::vector<Tensor> interpret(const Program& p, std::vector<Tensor> v) {
+  for (const Instr& in : p.instrs) v.push_back(apply_instr(in, v));
+  std::vector<Tensor> out;
+  for (int o : p.outputs) out.push_back(v[o]);
+  return out;
+}
+
+Tensor make_input(const Shape& shape, bool transposed, Device dev) {
+  if (!transposed) return randn(shape, TensorOptions(dev));
+  Shape rev = shape;
+  const int last = shape.size() - 1;
+  std::swap(rev[0], rev[last]);
+  return randn(rev, TensorOptions(dev)).transpose(0, last);
+}
+
+std::vector<Tensor> make_inputs(const Program& p, Device dev) {
+  std::vector<Tensor> in;
+  for (int i = 0; i < p.num_inputs(); ++i)
+    in.push_back(make_input(p.input_shapes[i], p.input_transposed[i], dev));
+  return in;
+}
+
+bool broadcastable(const Shape& a, const Shape& b) {
+  const int n = std::max(a.size(), b.size());
+  for (int i = 0; i < n; ++i) {
+    const int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) return false;
+  }
+  return true;
+}
+
+int64_t broadcast_numel(const Shape& a, const Shape& b) {
+  const int n = std::max(a.size(), b.size());
+  int64_t numel = 1;
+  for (int i = 0; i < n; ++i) {
+    const int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    numel *= std::max(x, y);
+  }
+  return numel;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+// Builds a random program, running each op on sample inputs as it goes so that shapes, layouts
+// (view() needs a contiguous input) and a bound on the magnitudes are known.
+class ProgramGen {
+ public:
+  explicit ProgramGen(uint64_t seed) : rng_(seed) { p_.seed = seed; }
+
+  Program make() {
+    make_inputs();
+    const int n = pick(5, 15);
+    int guard = 0;
+    while (static_cast<int>(p_.instrs.size()) < n && ++guard < 1000) step();
+    // Outputs: the last value and up to two other computed ones.
+    const int first = p_.num_inputs(), last = static_cast<int>(vals_.size()) - 1;
+    p_.outputs.push_back(last);
+    const int extra = pick(0, 2);
+    for (int k = 0; k < extra && last > first; ++k) {
+      const int o = pick(first, last - 1);
+      if (std::find(p_.outputs.begin(), p_.outputs.end(), o) == p_.outputs.end())
+        p_.outputs.push_back(o);
+    }
+    return p_;
+  }
+
+ private:
+  static constexpr double kBoundCap = 30;
+  static constexpr int64_t kMaxNumel = 2048;
+
+  int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+  bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  int any_value() { return pick(0, static_cast<int>(vals_.size()) - 1); }
+  const Shape& shape(int v) const { return vals_[v].sizes(); }
+  static std::string name(int v) {
+    std::ostringstream os;  // not "%" + to_string: GCC 12 -O3 warns (-Wrestrict) on that
+    os << '%' << v;
+    return os.str();
+  }
+
+  void make_inputs() {
+    const int rank = pick(1, 3);
+    Shape base;
+    for (int d = 0; d < rank; ++d) base.push_back(pick(1, 6));
+    const int n = pick(1, 3);
+    for (int i = 0; i < n; ++i) {
+      Shape s;
+      const int drop = (rank > 1 && coin(0.25)) ? pick(1, rank - 1) : 0;
+      for (int d = drop; d < rank; ++d) s.push_back(coin(0.25) ? 1 : base[d]);
+      const bool transposed = s.size() >= 2 && coin(0.25);
+      p_.input_shapes.push_back(s);
+      p_.input_transposed.push_back(transposed);
+      vals_.push_back(make_input(s, transposed, Device::cpu()));
+      bound_.push_back(5);  // randn: |x| < 5 except with probability ~6e-7
+    }
+  }
+
+  void emit(Instr in, double bound) {
+    Tensor r = apply_instr(in, vals_);
+    std::ostringstream os;
+    os << in.text << "  : " << shape_str(r.sizes()) << (r.is_contiguous() ? "" : " (strided)");
+    in.text = os.str();
+    p_.instrs.push_back(std::move(in));
+    vals_.push_back(std::move(r));
+    bound_.push_back(bound);
+    if (bound > kBoundCap) {  // keep every value finite and well scaled
+      Instr t;
+      t.op = Op::Tanh;
+      t.a = static_cast<int>(vals_.size()) - 1;
+      t.text = "tanh(" + name(t.a) + ")";
+      emit(std::move(t), 1);
+    }
+  }
+
+  // A value that broadcasts with `a` into a result of reasonable size (`a` itself at worst).
+  int partner(int a) {
+    std::vector<int> c;
+    for (int v = 0; v < static_cast<int>(vals_.size()); ++v)
+      if (broadcastable(shape(a), shape(v)) && broadcast_numel(shape(a), shape(v)) <= kMaxNumel)
+        c.push_back(v);
+    return c[pick(0, static_cast<int>(c.size()) - 1)];
+  }
+
+  double scalar() {
+    static const double kScalars[] = {0.5, -1.5, 2.0, 0.25, 3.0, -0.75};
+    return kScalars[pick(0, 5)];
+  }
+
+  // Random non-empty subset of dims (empty: all dims, which 0-dim values always use).
+  Dims reduce_dims(int a) {
+    const int rank = static_cast<int>(shape(a).size());
+    Dims d;
+    if (rank == 0 || coin(0.2)) return d;
+    for (int i = 0; i < rank; ++i)
+      if (coin(0.5)) d.push_back(coin(0.3) ? i - rank : i);  // negative dims too
+    if (d.empty()) d.push_back(pick(0, rank - 1));
+    return d;
+  }
+
+  // Shapes a value can be reshaped to: flattened, two adjacent dims merged, a dim split.
+  std::vector<Shape> reshape_targets(int a) {
+    const Shape& s = shape(a);
+    std::vector<Shape> out;
+    out.push_back(Shape{numel_of(s)});
+    for (int d = 0; d + 1 < s.size(); ++d) {
+      Shape m;
+      for (int i = 0; i < s.size(); ++i) {
+        if (i == d + 1) continue;
+        m.push_back(i == d ? s[d] * s[d + 1] : s[i]);
+      }
+      out.push_back(m);
+    }
+    if (s.size() < 4)
+      for (int d = 0; d < s.size(); ++d)
+        for (int64_t f = 2; f < s[d]; ++f)
+          if (s[d] % f == 0) {
+            Shape m;
+            for (int i = 0; i < s.size(); ++i) {
+              if (i == d) {
+                m.push_back(f);
+                m.push_back(s[d] / f);
+              } else {
+                m.push_back(s[i]);
+              }
+            }
+            out.push_back(m);
+          }
+    return out;
+  }
+
+  void step() {
+    const int a = any_value();
+    const Shape& sa = shape(a);
+    const int rank = static_cast<int>(sa.size());
+    const double ba = bound_[a];
+    Instr in;
+    in.a = a;
+    switch (pick(0, 26)) {
+      case 0: in.op = Op::Relu, in.text = "relu(" + name(a) + ")"; return emit(in, ba);
+      case 1: in.op = Op::Neg, in.text = "neg(" + name(a) + ")"; return emit(in, ba);
+      case 2: in.op = Op::Abs, in.text = "abs(" + name(a) + ")"; return emit(in, ba);
+      case 3: in.op = Op::Tanh, in.text = "tanh(" + name(a) + ")"; return emit(in, 1);
+      case 4: in.op = Op::Sigmoid, in.text = "sigmoid(" + name(a) + ")"; return emit(in, 1);
+      case 5: in.op = Op::ExpTanh, in.text = "exp(tanh(" + name(a) + "))"; return emit(in, 2.72);
+      case 6:
+        in.op = Op::LogAbs1, in.text = "log(abs(" + name(a) + ") + 1)";
+        return emit(in, std::log(ba + 1));
+      case 7:
+      case 8:
+      case 9:
+      case 10:
+      case 11:
+      case 12: {
+        static const Op kBinary[] = {Op::Add, Op::Sub, Op::Mul, Op::DivSafe, Op::Maximum, Op::Add};
+        static const char* kNames[] = {"add", "sub", "mul", "div_safe", "maximum", "add"};
+        const int k = pick(0, 5);
+        in.op = kBinary[k];
+        in.b = partner(a);
+        const double bb = bound_[in.b];
+        in.text = std::string(kNames[k]) + "(" + name(a) + ", " + name(in.b) + ")" +
+                  (in.op == Op::DivSafe ? "  [a / (|b| + 1)]" : "");
+        const double bound = in.op == Op::Mul       ? ba * bb
+                             : in.op == Op::DivSafe ? ba
+                             : in.op == Op::Maximum ? std::max(ba, bb)
+                                                    : ba + bb;
+        return emit(in, bound);
+      }
+      case 13:
+      case 14: {
+        const int k = pick(0, 2);
+        in.s = scalar();
+        in.op = k == 0 ? Op::AddScalar : k == 1 ? Op::MulScalar : Op::ScalarSub;
+        std::ostringstream os;
+        os << (k == 0 ? "add(" + name(a) + ", " : k == 1 ? "mul(" + name(a) + ", " : "sub(")
+           << in.s << (k == 2 ? ", " + name(a) : "") << ")";
+        in.text = os.str();
+        return emit(in, k == 1 ? ba * std::abs(in.s) : ba + std::abs(in.s));
+      }
+      case 15: {
+        in.op = Op::WhereGt;
+        in.b = partner(a);
+        in.s = scalar() / 4;
+        std::ostringstream os;
+        os << "where(" << name(a) << " > " << in.s << ", " << name(a) << ", " << name(in.b) << ")";
+        in.text = os.str();
+        return emit(in, std::max(ba, bound_[in.b]));
+      }
+      case 16:
+      case 17:
+      case 18: {
+        const int k = pick(0, 2);
+        in.op = k == 0 ? Op::Sum : k == 1 ? Op::Mean : Op::Amax;
+        in.dims = reduce_dims(a);
+        in.keepdim = coin(0.5);
+        int64_t n = 1;
+        if (in.dims.empty()) {
+          n = numel_of(sa);
+        } else {
+          for (int64_t d : in.dims) n *= sa[d < 0 ? d + rank : d];
+        }
+        std::ostringstream os;
+        os << (k == 0 ? "sum" : k == 1 ? "mean" : "amax") << "(" << name(a) << ", dims "
+           << shape_str(in.dims) << ", keepdim " << in.keepdim << ")";
+        in.text = os.str();
+        return emit(in, k == 0 ? ba * static_cast<double>(n) : ba);
+      }
+      case 19:
+      case 20: {
+        // Matmul over the last two dims: a [.., m, k] (or transposed) with a partner.
+        if (rank < 2 || rank > 3) return;
+        in.op = Op::Matmul;
+        in.i0 = coin(0.3);
+        const int64_t k = in.i0 ? sa[rank - 2] : sa[rank - 1];
+        struct Cand {
+          int v;
+          bool t;
+        };
+        std::vector<Cand> c;
+        for (int v = 0; v < static_cast<int>(vals_.size()); ++v) {
+          const Shape& sb = shape(v);
+          const int rb = static_cast<int>(sb.size());
+          if (rb < 2 || rb > 3) continue;
+          if (rb == 3 && (rank != 3 || sb[0] != sa[0])) continue;
+          if (sb[rb - 2] == k) c.push_back({v, false});
+          if (sb[rb - 1] == k) c.push_back({v, true});
+        }
+        if (c.empty()) return;
+        const Cand ch = c[pick(0, static_cast<int>(c.size()) - 1)];
+        in.b = ch.v;
+        in.i1 = ch.t;
+        std::ostringstream os;
+        os << "matmul(" << name(a) << (in.i0 ? "^T" : "") << ", " << name(in.b)
+           << (in.i1 ? "^T" : "") << ")";
+        in.text = os.str();
+        return emit(in, static_cast<double>(k) * ba * bound_[in.b]);
+      }
+      case 21: {
+        if (rank < 2) return;
+        in.op = Op::Transpose;
+        in.i0 = pick(0, rank - 1);
+        in.i1 = pick(0, rank - 1);
+        if (coin(0.3)) in.i1 -= rank;  // negative dims
+        in.text = "transpose(" + name(a) + ", " + std::to_string(in.i0) + ", " +
+                  std::to_string(in.i1) + ")";
+        return emit(in, ba);
+      }
+      case 22: {
+        const std::vector<Shape> t = reshape_targets(a);
+        in.shape = t[pick(0, static_cast<int>(t.size()) - 1)];
+        const bool view = vals_[a].is_contiguous() && coin(0.5);
+        in.op = view ? Op::View : Op::Reshape;
+        in.text = std::string(view ? "view(" : "reshape(") + name(a) + ", " + shape_str(in.shape) + ")";
+        return emit(in, ba);
+      }
+      case 23: {
+        std::vector<int> dims;
+        for (int d = 0; d < rank; ++d)
+          if (sa[d] >= 2) dims.push_back(d);
+        if (dims.empty()) return;
+        const int d = dims[pick(0, static_cast<int>(dims.size()) - 1)];
+        const int n = static_cast<int>(sa[d]);
+        if (coin(0.5)) {
+          in.op = Op::Slice;
+          in.i0 = d;
+          in.i1 = pick(0, n - 1);
+          in.i2 = pick(static_cast<int>(in.i1) + 1, n);
+          in.i3 = pick(1, 2);
+          in.text = "slice(" + name(a) + ", dim " + std::to_string(d) + ", " +
+                    std::to_string(in.i1) + ":" + std::to_string(in.i2) + ":" +
+                    std::to_string(in.i3) + ")";
+        } else {
+          in.op = Op::Narrow;
+          in.i0 = d;
+          in.i1 = pick(0, n - 1);
+          in.i2 = pick(1, n - static_cast<int>(in.i1));
+          in.text = "narrow(" + name(a) + ", dim " + std::to_string(d) + ", start " +
+                    std::to_string(in.i1) + ", length " + std::to_string(in.i2) + ")";
+        }
+        return emit(in, ba);
+      }
+      case 24: {
+        if (rank >= 4) return;
+        in.op = Op::Unsqueeze;
+        in.i0 = pick(0, rank);
+        in.text = "unsqueeze(" + name(a) + ", " + std::to_string(in.i0) + ")";
+        return emit(in, ba);
+      }
+      case 25:
+      case 26: {
+        // Expand size-1 dims, or a new leading dim.
+        Shape s = sa;
+        bool changed = false;
+        for (auto& d : s)
+          if (d == 1 && coin(0.7)) d = pick(2, 4), changed = true;
+        if (!changed || coin(0.3)) {
+          if (rank >= 4) return;
+          s.insert(0, pick(2, 3));
+        }
+        if (numel_of(s) > kMaxNumel) return;
+        in.op = Op::Expand;
+        in.shape = s;
+        in.text = "expand(" + name(a) + ", " + shape_str(s) + ")";
+        return emit(in, ba);
+      }
+    }
+  }
+
+  std::mt19937_64 rng_;
+  Program p_;
+  std::vector<Tensor> vals_;
+  std::vector<double> bound_;
+};
+
+std::vector<double> host(const Tensor& t) {
+  return t.detach().cpu().to(kFloat64).contiguous().to_vector<double>();
+}
+
+// Compares the compiled function's outputs with the eager program's for 4 calls.
+template <class F>
+void check_calls(F& f, const Program& p, Device dev) {
+  for (int call = 0; call < 4; ++call) {
+    INFO("call " << call + 1 << (call >= 2 ? " (replay)" : " (trace)"));
+    const std::vector<Tensor> in = make_inputs(p, dev);
+    std::vector<Tensor> got;
+    switch (p.num_inputs()) {
+      case 1: got = f(in[0]); break;
+      case 2: got = f(in[0], in[1]); break;
+      default: got = f(in[0], in[1], in[2]); break;
+    }
+    const std::vector<Tensor> want = interpret(p, in);
+    REQUIRE(got.size() == want.size());
+    for (size_t o = 0; o < want.size(); ++o) {
+      INFO("output " << o << " (%" << p.outputs[o] << ")");
+      REQUIRE(got[o].defined());
+      REQUIRE(got[o].sizes() == want[o].sizes());
+      CHECK(got[o].dtype() == want[o].dtype());
+      CHECK(got[o].device() == want[o].device());
+      const std::vector<double> g = host(got[o]), w = host(want[o]);
+      size_t bad = 0, worst = 0;
+      double worst_err = -1;
+      for (size_t i = 0; i < w.size(); ++i) {
+        const double err = std::abs(g[i] - w[i]);
+        if (!(err <= 1e-5 * std::abs(w[i]) + 1e-6)) ++bad;
+        if (std::isnan(err) || err > worst_err) worst_err = std::isnan(err) ? INFINITY : err, worst = i;
+        if (!std::isfinite(w[i])) FAIL("the eager program produced a non-finite value");
+      }
+      INFO(bad << " of " << w.size() << " elements differ; worst at " << worst << ": compiled "
+               << (g.empty() ? 0 : g[worst]) << ", eager " << (w.empty() ? 0 : w[worst]));
+      CHECK(bad == 0);
+    }
+  }
+  const jit::CompileStats& s = f.stats();
+  INFO("traces " << s.traces << ", executables " << s.executables << ", replays " << s.replays
+                 << ", eager calls " << s.eager_calls << ", graph breaks " << s.graph_breaks);
+  CHECK(s.graph_breaks == 0);
+  CHECK(s.executables == 1);
+  CHECK(s.replays == 2);
+}
+
+void run_seed(uint64_t seed, Device dev) {
+  Program p = ProgramGen(seed).make();
+  INFO("seed " << seed << " on " << dev.str() << "\n" << p.str());
+  manual_seed(seed);  // the inputs of the 4 calls
+  auto f = jit::compile(
+      [&p](const auto&... xs) { return interpret(p, std::vector<Tensor>{xs...}); });
+  check_calls(f, p, dev);
+}
+
+}  // namespace
+
+TEST_CASE("jit: random table-op programs compiled match eager on the CPU", "[jit]") {
+  for (uint64_t seed = 1; seed <= 200; ++seed) run_seed(seed, Device::cpu());
+}
+
+TEST_CASE("jit: random table-op programs compiled match eager on CUDA", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  for (uint64_t seed = 1001; seed <= 1050; ++seed) run_seed(seed, Device::cuda(0));
+}
