@@ -19,8 +19,8 @@ rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped\)" "$out/ctest.log" | tail -25
 echo "== bench ops"
 "$build/bench/ops" --json "$out/ops.json" >"$out/bench_ops.txt" 2>&1; tail -40 "$out/bench_ops.txt"
-echo "== bench eager mlp"
-"$build/bench/eager_mlp" --json "$out/eager_mlp.json" >"$out/bench_eager.txt" 2>&1; tail -15 "$out/bench_eager.txt"
+echo "== bench mlp step (eager and compiled)"
+"$build/bench/mlp_step" --json "$out/mlp_step.json" >"$out/bench_mlp_step.txt" 2>&1; tail -15 "$out/bench_mlp_step.txt"
 echo "== example"
 "$build/examples/mlp" --steps 300 >"$out/mlp.txt" 2>&1; tail -8 "$out/mlp.txt"
 exit $rc
