@@ -209,9 +209,10 @@ Explanation explain(F&& fn, Args&&... args) {
         if constexpr (detail::is_tensor_v<decltype(a)>) tensors.push_back(a);
       }(args),
       ...);
-  using R = std::invoke_result_t<F&, Args&...>;
+  using Fn = std::remove_reference_t<F>;
+  using R = std::invoke_result_t<Fn&, Args&...>;
   struct Ctx {
-    F* fn;
+    Fn* fn;
     std::tuple<Args&...> args;
   } ctx{&fn, std::tuple<Args&...>(args...)};
   auto eager = [](void* p, std::vector<Tensor>& out) {

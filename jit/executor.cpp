@@ -124,14 +124,22 @@ void Executor::build_steps() {
         bump[r] = true;
     const OpKind kind = op_info(n.op).kind;
     // A CPU pointwise or pointwise+reduction group runs chunked, once, at its last member.
+    // A GEMM epilogue: the GEMM runs as itself, its pointwise tail chunked like a pointwise group.
     if (!cuda && n.group >= 0) {
       const Group& grp = g_.groups[n.group];
-      if (grp.kind == GroupKind::Pointwise || grp.kind == GroupKind::Reduction) {
+      const bool epilogue = grp.kind == GroupKind::GemmEpilogue && grp.nodes.size() > 1 &&
+                            static_cast<size_t>(grp.nodes.front()) != ni;
+      if (grp.kind == GroupKind::Pointwise || grp.kind == GroupKind::Reduction || epilogue) {
         if (static_cast<size_t>(grp.nodes.back()) != ni) continue;
+        Group chunked = grp;
+        if (epilogue) {
+          chunked.kind = GroupKind::Pointwise;
+          chunked.nodes.erase(chunked.nodes.begin());
+        }
         Step s;
         s.kind = StepKind::CpuGroup;
         s.cpu_group = static_cast<int32_t>(cpu_groups_.size());
-        cpu_groups_.push_back(std::make_unique<CpuGroupRunner>(g_, grp, slots_, plan_));
+        cpu_groups_.push_back(std::make_unique<CpuGroupRunner>(g_, chunked, slots_, plan_));
         stats_.kernels += cpu_groups_.back()->kernel_calls_per_run();
         ++stats_.cpu_chunked_groups;
         steps_.push_back(std::move(s));

@@ -54,11 +54,13 @@ struct Writer {
     pod(a.maximize);
     pod(a.momentum_buffers);
   }
-  void value(const Value& v) {
+  // `base`: the offset that does not count (an argument's own offset may differ per call; the
+  // executor binds it, so only the distance from the argument's first element matters).
+  void value(const Value& v, int64_t base) {
     pod(v.kind);
     dims(v.shape);
     dims(v.strides);
-    pod(v.offset);
+    pod(v.offset - base);
     pod(v.dtype);
     pod(v.device.type);
     pod(v.device.index);
@@ -76,6 +78,11 @@ struct Writer {
   }
 };
 
+int64_t value_base(const Graph& g, const Value& v) {
+  const Value& r = g.values[v.root];
+  return r.kind == ValueKind::Input ? r.offset : 0;
+}
+
 std::string constant_bytes(const Tensor& t) {
   return std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes()));
 }
@@ -85,7 +92,7 @@ std::string constant_bytes(const Tensor& t) {
 std::string fingerprint(const Graph& g) {
   Writer w;
   w.pod(g.values.size());
-  for (const Value& v : g.values) w.value(v);
+  for (const Value& v : g.values) w.value(v, value_base(g, v));
   w.pod(g.nodes.size());
   for (const Node& n : g.nodes) w.node(n);
   for (ValueId v : g.inputs) w.pod(v);
@@ -129,7 +136,19 @@ std::string first_difference(const Graph& a, const Graph& b) {
     if (constant_bytes(a.constants[i]) != constant_bytes(b.constants[i]))
       return "host constant " + std::to_string(i) + " (shape " + b.constants[i].sizes().str() +
              ") changed between calls";
-  if (fingerprint(a) != fingerprint(b)) return "the layout of its values or effects differs";
+  if (a.values.size() != b.values.size()) return "the number of values differs";
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    Writer wa, wb;
+    wa.value(a.values[i], value_base(a, a.values[i]));
+    wb.value(b.values[i], value_base(b, b.values[i]));
+    if (wa.s != wb.s)
+      return "value %" + std::to_string(i) + " (" + value_kind_name(b.values[i].kind) +
+             ") has another layout or origin: " + value_type_str(a.values[i]) + " strides " +
+             a.values[i].strides.str() + " offset " + std::to_string(a.values[i].offset) +
+             " vs " + value_type_str(b.values[i]) + " strides " + b.values[i].strides.str() +
+             " offset " + std::to_string(b.values[i].offset);
+  }
+  if (fingerprint(a) != fingerprint(b)) return "its inputs, outputs or gradient effects differ";
   return {};
 }
 

@@ -75,18 +75,20 @@ MemoryPlan plan_memory(const Graph& g, bool materialize_group_internals) {
     if (first[r] >= 0) plan.fresh[r] = true;
   }
   // Values that never leave their fused group exist only in registers / cache-sized chunks.
-  // Only pointwise chains (and the reductions they feed) run that way; a GEMM or a
-  // cross-entropy kernel writes whole tensors.
+  // Only pointwise chains (those feeding a reduction or following a GEMM included) run that
+  // way; the GEMM itself and the cross-entropy kernels write whole tensors.
   std::vector<char> internal(nv, 0);
   if (!materialize_group_internals)
-    for (const Group& grp : g.groups)
-      for (int32_t m : grp.nodes) {
-        if (grp.kind != GroupKind::Pointwise && grp.kind != GroupKind::Reduction) break;
+    for (const Group& grp : g.groups) {
+      if (grp.kind == GroupKind::CrossEntropy) continue;
+      for (size_t i = grp.kind == GroupKind::GemmEpilogue ? 1 : 0; i < grp.nodes.size(); ++i) {
+        const int32_t m = grp.nodes[i];
         const ValueId o = g.nodes[m].out;
         if (o != kNoValue &&
             std::find(grp.outputs.begin(), grp.outputs.end(), o) == grp.outputs.end())
           internal[o] = 1;
       }
+    }
 
   std::vector<ValueId> order;
   for (size_t v = 0; v < nv; ++v)

@@ -64,10 +64,21 @@ struct Instr {
   std::string text;
 };
 
+// How an input is passed: contiguous, transposed (strided), or at a storage offset.
+enum class Layout { Contiguous, Transposed, Offset };
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::Contiguous: return "";
+    case Layout::Transposed: return " (transposed layout)";
+    case Layout::Offset: return " (rows of a bigger tensor, at a varying offset)";
+  }
+  return "";
+}
+
 struct Program {
   uint64_t seed = 0;
   std::vector<Shape> input_shapes;
-  std::vector<bool> input_transposed;  // passed as a transposed (non-contiguous) tensor
+  std::vector<Layout> input_layout;
   std::vector<Instr> instrs;
   std::vector<int> outputs;  // value indices (inputs first, then one per instr)
   int num_inputs() const { return static_cast<int>(input_shapes.size()); }
@@ -76,7 +87,7 @@ struct Program {
     os << "program (seed " << seed << "):\n";
     for (int i = 0; i < num_inputs(); ++i)
       os << "  %" << i << " = input " << input_shapes[i]
-         << (input_transposed[i] ? " (transposed layout)" : "") << "\n";
+         << layout_name(input_layout[i]) << "\n";
     for (size_t k = 0; k < instrs.size(); ++k) os << "  %" << num_inputs() + k << " = " << instrs[k].text << "\n";
     os << "  return";
     for (int o : outputs) os << " %" << o;
@@ -132,18 +143,31 @@ std::vector<Tensor> interpret(const Program& p, std::vector<Tensor> v) {
   return out;
 }
 
-Tensor make_input(const Shape& shape, bool transposed, Device dev) {
-  if (!transposed) return randn(shape, TensorOptions(dev));
-  Shape rev = shape;
-  const int last = shape.size() - 1;
-  std::swap(rev[0], rev[last]);
-  return randn(rev, TensorOptions(dev)).transpose(0, last);
+Tensor make_input(const Shape& shape, Layout layout, Device dev) {
+  switch (layout) {
+    case Layout::Contiguous: break;
+    case Layout::Transposed: {
+      Shape rev = shape;
+      const int last = shape.size() - 1;
+      std::swap(rev[0], rev[last]);
+      return randn(rev, TensorOptions(dev)).transpose(0, last);
+    }
+    case Layout::Offset: {
+      // Rows [start, start + n) of a bigger tensor: the strides of a contiguous tensor at an
+      // offset that changes from call to call.
+      Shape big = shape;
+      big[0] += 3;
+      const int64_t start = randint(0, 4, {1}).item<int64_t>();
+      return randn(big, TensorOptions(dev)).narrow(0, start, shape[0]);
+    }
+  }
+  return randn(shape, TensorOptions(dev));
 }
 
 std::vector<Tensor> make_inputs(const Program& p, Device dev) {
   std::vector<Tensor> in;
   for (int i = 0; i < p.num_inputs(); ++i)
-    in.push_back(make_input(p.input_shapes[i], p.input_transposed[i], dev));
+    in.push_back(make_input(p.input_shapes[i], p.input_layout[i], dev));
   return in;
 }
 
@@ -220,10 +244,12 @@ class ProgramGen {
       Shape s;
       const int drop = (rank > 1 && coin(0.25)) ? pick(1, rank - 1) : 0;
       for (int d = drop; d < rank; ++d) s.push_back(coin(0.25) ? 1 : base[d]);
-      const bool transposed = s.size() >= 2 && coin(0.25);
+      Layout layout = Layout::Contiguous;
+      if (s.size() >= 2 && coin(0.2)) layout = Layout::Transposed;
+      else if (s.size() >= 1 && coin(0.2)) layout = Layout::Offset;
       p_.input_shapes.push_back(s);
-      p_.input_transposed.push_back(transposed);
-      vals_.push_back(make_input(s, transposed, Device::cpu()));
+      p_.input_layout.push_back(layout);
+      vals_.push_back(make_input(s, layout, Device::cpu()));
       bound_.push_back(5);  // randn: |x| < 5 except with probability ~6e-7
     }
   }

@@ -202,12 +202,14 @@ void check_plan(const Graph& g, const MemoryPlan& p, bool materialize) {
     if (e.value != kNoValue && lo[g.values[e.value].root] >= 0)
       hi[g.values[e.value].root] = static_cast<int64_t>(nn);
   std::vector<char> internal(nv, 0);
-  // Only pointwise chains and the reductions they feed keep values out of memory; a GEMM
-  // epilogue's product and the cross-entropy pair are whole-tensor kernels.
-  for (const Group& grp : g.groups)
-    if (grp.kind == GroupKind::Pointwise || grp.kind == GroupKind::Reduction)
-      for (int32_t m : grp.nodes)
-        if (!has(grp.outputs, g.nodes[m].out)) internal[g.nodes[m].out] = 1;
+  // Only pointwise chains (after a GEMM or feeding a reduction) keep values out of memory; a
+  // GEMM's product and the cross-entropy pair are whole-tensor kernels.
+  for (const Group& grp : g.groups) {
+    if (grp.kind == GroupKind::CrossEntropy) continue;
+    const size_t first = grp.kind == GroupKind::GemmEpilogue ? 1 : 0;  // the GEMM stores
+    for (size_t i = first; i < grp.nodes.size(); ++i)
+      if (!has(grp.outputs, g.nodes[grp.nodes[i]].out)) internal[g.nodes[grp.nodes[i]].out] = 1;
+  }
   std::vector<char> out_root(nv, 0);
   for (ValueId o : g.outputs) out_root[g.values[o].root] = 1;
 
@@ -655,10 +657,13 @@ TEST_CASE("jit plan_memory on the fused MLP step", "[jit]") {
     INFO("materialize " << materialize);
     const MemoryPlan p = plan_memory(g, materialize);
     check_plan(g, p, materialize);
-    // A GEMM writes its whole product even when an epilogue group consumes it.
+    // A GEMM writes its whole product even when an epilogue group consumes it; the epilogue's
+    // own intermediates (h + b before relu) exist only when groups run op by op.
     CHECK(p.arena_of[net.h] >= 0);
-    CHECK(p.arena_of[net.h2] >= 0);
+    CHECK((p.arena_of[net.h2] >= 0) == materialize);
     CHECK(p.arena_of[net.a] >= 0);
+    // The relu-backward mask never leaves its reduction group unless groups run op by op.
+    CHECK((p.arena_of[net.mask] >= 0) == materialize);
     // .grad values live to the end of the replay; the returned loss is fresh.
     CHECK(p.arena_of[net.dW1] >= 0);
     CHECK(p.fresh[net.loss]);
