@@ -182,6 +182,8 @@ struct CompiledCore::Impl {
     if (log_enabled(Log::graph)) log(Log::graph, options.name + ": optimized graph\n" + last_graph);
     e.exec = std::make_unique<Executor>(std::move(g));
     e.state = Entry::State::Compiled;
+    log(Log::cache, options.name + ": stored an executable (" + std::to_string(entries.size()) +
+                        " signatures cached)");
     e.raw = std::move(e.prev);
     ++stats.executables;
     if (log_enabled(Log::perf)) {
@@ -449,6 +451,15 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
       reason = describe_miss(*m.last, tensors, plain, grad_mode);
     }
     e = m.make_entry(tensors, plain, grad_mode);
+    if (log_enabled(Log::cache)) {
+      std::ostringstream os;
+      os << m.options.name << ": miss; new signature (";
+      for (size_t i = 0; i < tensors.size(); ++i)
+        os << (i ? ", " : "") << dtype_name(tensors[i].dtype()) << tensors[i].sizes() << "@"
+           << tensors[i].device().str();
+      os << ")";
+      log(Log::cache, os.str());
+    }
     const bool dyn_all = m.options.dynamic.value_or(false);
     const bool dyn_auto = !m.options.dynamic.has_value();
     if (dyn_all || dyn_auto) m.mark_symbolic(*e, dyn_all);

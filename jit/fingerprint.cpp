@@ -122,8 +122,16 @@ std::string first_difference(const Graph& a, const Graph& b) {
     wa.node(a.nodes[i]);
     wb.node(b.nodes[i]);
     if (wa.s != wb.s) {
-      os << "op " << i << " (" << op_name(b.nodes[i].op) << ") differs from the previous trace's ("
-         << op_name(a.nodes[i].op) << ")";
+      const Node& na = a.nodes[i];
+      const Node& nb = b.nodes[i];
+      os << "op " << i << " ";
+      if (na.op != nb.op)
+        os << "is " << op_name(nb.op) << ", was " << op_name(na.op);
+      else if (na.inputs != nb.inputs || na.out != nb.out)
+        os << "(" << op_name(nb.op)
+           << ") names other values (state first used at another point, or new state)";
+      else
+        os << "(" << op_name(nb.op) << ") has other attributes";
       return os.str();
     }
   }
