@@ -3,6 +3,7 @@
 // stub that reports CUDA as unavailable when Ember is built without it).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace ember::cuda {
 
@@ -25,5 +26,18 @@ struct AllocatorStats {
 AllocatorStats memory_stats(int device = 0);
 void reset_peak_memory_stats(int device = 0);
 void empty_cache();  // returns cached free blocks to the driver
+
+// Whole-replay capture (the JIT's ReduceOverhead mode): everything queued on the device's
+// stream between begin_capture and end_capture becomes one instantiated graph that
+// launch_graph replays on that stream. Nothing queued during capture may allocate.
+struct Graph;
+struct GraphDeleter {
+  void operator()(Graph* g) const;
+};
+using GraphPtr = std::unique_ptr<Graph, GraphDeleter>;
+void begin_capture(int device);
+GraphPtr end_capture(int device);  // also ends a capture that failed, then throws
+void launch_graph(Graph& graph, int device);
+int64_t graph_node_count(const Graph& graph);
 
 }  // namespace ember::cuda

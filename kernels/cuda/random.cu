@@ -36,7 +36,12 @@ constexpr double below_one() {
 
 template <Draw D, class S>
 __global__ void __launch_bounds__(kThreads)
-    random_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
+    random_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, const uint64_t* state,
+                  int64_t lo, int64_t hi) {
+  if (state != nullptr) {  // a captured replay: the key and base live in device memory
+    seed = state[0];
+    offset += state[1];
+  }
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const uint64_t k = static_cast<uint64_t>(i);
@@ -60,7 +65,8 @@ void launch(const KernelCall& call, int64_t lo, int64_t hi) {
   const int dev = out.device().index;
   const int64_t n = out.numel();
   random_kernel<D, S><<<grid_stride_blocks(n, kThreads, dev), kThreads, 0, stream(dev)>>>(
-      static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset, lo, hi);
+      static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset, call.attrs.rng_state,
+      lo, hi);
   check_launch(op_name(call.op).data());
 }
 

@@ -29,12 +29,12 @@ enum class Op {
   Abs,
   Tanh,
   Sigmoid,
-  ExpTanh,   // exp(tanh(a)): bounded
-  LogAbs1,   // log(|a| + 1)
+  ExpTanh,  // exp(tanh(a)): bounded
+  LogAbs1,  // log(|a| + 1)
   Add,
   Sub,
   Mul,
-  DivSafe,   // a / (|b| + 1)
+  DivSafe,  // a / (|b| + 1)
   Maximum,
   AddScalar,
   MulScalar,
@@ -43,7 +43,7 @@ enum class Op {
   Sum,
   Mean,
   Amax,
-  Matmul,     // matmul(a or a^T, b or b^T) over the last two dims
+  Matmul,  // matmul(a or a^T, b or b^T) over the last two dims
   Transpose,
   Reshape,
   View,
@@ -68,9 +68,12 @@ struct Instr {
 enum class Layout { Contiguous, Transposed, Offset };
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::Contiguous: return "";
-    case Layout::Transposed: return " (transposed layout)";
-    case Layout::Offset: return " (rows of a bigger tensor, at a varying offset)";
+    case Layout::Contiguous:
+      return "";
+    case Layout::Transposed:
+      return " (transposed layout)";
+    case Layout::Offset:
+      return " (rows of a bigger tensor, at a varying offset)";
   }
   return "";
 }
@@ -86,9 +89,9 @@ struct Program {
     std::ostringstream os;
     os << "program (seed " << seed << "):\n";
     for (int i = 0; i < num_inputs(); ++i)
-      os << "  %" << i << " = input " << input_shapes[i]
-         << layout_name(input_layout[i]) << "\n";
-    for (size_t k = 0; k < instrs.size(); ++k) os << "  %" << num_inputs() + k << " = " << instrs[k].text << "\n";
+      os << "  %" << i << " = input " << input_shapes[i] << layout_name(input_layout[i]) << "\n";
+    for (size_t k = 0; k < instrs.size(); ++k)
+      os << "  %" << num_inputs() + k << " = " << instrs[k].text << "\n";
     os << "  return";
     for (int o : outputs) os << " %" << o;
     os << "\n";
@@ -100,37 +103,63 @@ Tensor apply_instr(const Instr& in, const std::vector<Tensor>& v) {
   const Tensor& a = v[in.a];
   const Tensor b = in.b >= 0 ? v[in.b] : Tensor();
   switch (in.op) {
-    case Op::Relu: return relu(a);
-    case Op::Neg: return neg(a);
-    case Op::Abs: return abs(a);
-    case Op::Tanh: return tanh(a);
-    case Op::Sigmoid: return sigmoid(a);
-    case Op::ExpTanh: return exp(tanh(a));
-    case Op::LogAbs1: return log(abs(a) + 1.0);
-    case Op::Add: return add(a, b);
-    case Op::Sub: return sub(a, b);
-    case Op::Mul: return mul(a, b);
-    case Op::DivSafe: return div(a, abs(b) + 1.0);
-    case Op::Maximum: return maximum(a, b);
-    case Op::AddScalar: return add(a, in.s);
-    case Op::MulScalar: return mul(a, in.s);
-    case Op::ScalarSub: return sub(in.s, a);
-    case Op::WhereGt: return where(gt(a, in.s), a, b);
-    case Op::Sum: return sum(a, in.dims, in.keepdim);
-    case Op::Mean: return mean(a, in.dims, in.keepdim);
-    case Op::Amax: return amax(a, in.dims, in.keepdim);
+    case Op::Relu:
+      return relu(a);
+    case Op::Neg:
+      return neg(a);
+    case Op::Abs:
+      return abs(a);
+    case Op::Tanh:
+      return tanh(a);
+    case Op::Sigmoid:
+      return sigmoid(a);
+    case Op::ExpTanh:
+      return exp(tanh(a));
+    case Op::LogAbs1:
+      return log(abs(a) + 1.0);
+    case Op::Add:
+      return add(a, b);
+    case Op::Sub:
+      return sub(a, b);
+    case Op::Mul:
+      return mul(a, b);
+    case Op::DivSafe:
+      return div(a, abs(b) + 1.0);
+    case Op::Maximum:
+      return maximum(a, b);
+    case Op::AddScalar:
+      return add(a, in.s);
+    case Op::MulScalar:
+      return mul(a, in.s);
+    case Op::ScalarSub:
+      return sub(in.s, a);
+    case Op::WhereGt:
+      return where(gt(a, in.s), a, b);
+    case Op::Sum:
+      return sum(a, in.dims, in.keepdim);
+    case Op::Mean:
+      return mean(a, in.dims, in.keepdim);
+    case Op::Amax:
+      return amax(a, in.dims, in.keepdim);
     case Op::Matmul: {
       const Tensor x = in.i0 ? a.transpose(-2, -1) : a;
       const Tensor y = in.i1 ? b.transpose(-2, -1) : b;
       return a.dim() == 2 && b.dim() == 2 ? mm(x, y) : matmul(x, y);
     }
-    case Op::Transpose: return a.transpose(in.i0, in.i1);
-    case Op::Reshape: return a.reshape(in.shape);
-    case Op::View: return a.view(in.shape);
-    case Op::Slice: return a.slice(in.i0, in.i1, in.i2, in.i3);
-    case Op::Narrow: return a.narrow(in.i0, in.i1, in.i2);
-    case Op::Unsqueeze: return a.unsqueeze(in.i0);
-    case Op::Expand: return a.expand(in.shape);
+    case Op::Transpose:
+      return a.transpose(in.i0, in.i1);
+    case Op::Reshape:
+      return a.reshape(in.shape);
+    case Op::View:
+      return a.view(in.shape);
+    case Op::Slice:
+      return a.slice(in.i0, in.i1, in.i2, in.i3);
+    case Op::Narrow:
+      return a.narrow(in.i0, in.i1, in.i2);
+    case Op::Unsqueeze:
+      return a.unsqueeze(in.i0);
+    case Op::Expand:
+      return a.expand(in.shape);
   }
   return {};
 }
@@ -145,7 +174,8 @@ std::vector<Tensor> interpret(const Program& p, std::vector<Tensor> v) {
 
 Tensor make_input(const Shape& shape, Layout layout, Device dev) {
   switch (layout) {
-    case Layout::Contiguous: break;
+    case Layout::Contiguous:
+      break;
     case Layout::Transposed: {
       Shape rev = shape;
       const int last = shape.size() - 1;
@@ -223,7 +253,9 @@ class ProgramGen {
 
  private:
   static constexpr double kBoundCap = 30;
-  static constexpr int64_t kMaxNumel = 2048;
+  // Values stay below this many elements (large programs: big enough that the CPU executor
+  // runs fused groups in several chunks of CpuGroupRunner::kChunkElems).
+  int64_t max_numel_ = 2048;
 
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
@@ -236,17 +268,38 @@ class ProgramGen {
   }
 
   void make_inputs() {
-    const int rank = pick(1, 3);
+    int rank = pick(1, 3);
     Shape base;
     for (int d = 0; d < rank; ++d) base.push_back(pick(1, 6));
+    if (coin(0.3)) {
+      // Large: many rows (several chunks of a fused group), or fewer rows of many columns.
+      max_numel_ = 65536;
+      rank = pick(2, 3);
+      base.clear();
+      if (rank == 2) {
+        if (coin(0.5)) {
+          base.push_back(pick(1500, 4000));
+          base.push_back(pick(1, 6));
+        } else {
+          base.push_back(pick(100, 300));
+          base.push_back(pick(40, 100));
+        }
+      } else {
+        base.push_back(pick(100, 400));
+        base.push_back(pick(1, 8));
+        base.push_back(pick(2, 16));
+      }
+    }
     const int n = pick(1, 3);
     for (int i = 0; i < n; ++i) {
       Shape s;
       const int drop = (rank > 1 && coin(0.25)) ? pick(1, rank - 1) : 0;
       for (int d = drop; d < rank; ++d) s.push_back(coin(0.25) ? 1 : base[d]);
       Layout layout = Layout::Contiguous;
-      if (s.size() >= 2 && coin(0.2)) layout = Layout::Transposed;
-      else if (s.size() >= 1 && coin(0.2)) layout = Layout::Offset;
+      if (s.size() >= 2 && coin(0.2))
+        layout = Layout::Transposed;
+      else if (s.size() >= 1 && coin(0.2))
+        layout = Layout::Offset;
       p_.input_shapes.push_back(s);
       p_.input_layout.push_back(layout);
       vals_.push_back(make_input(s, layout, Device::cpu()));
@@ -275,7 +328,7 @@ class ProgramGen {
   int partner(int a) {
     std::vector<int> c;
     for (int v = 0; v < static_cast<int>(vals_.size()); ++v)
-      if (broadcastable(shape(a), shape(v)) && broadcast_numel(shape(a), shape(v)) <= kMaxNumel)
+      if (broadcastable(shape(a), shape(v)) && broadcast_numel(shape(a), shape(v)) <= max_numel_)
         c.push_back(v);
     return c[pick(0, static_cast<int>(c.size()) - 1)];
   }
@@ -328,19 +381,36 @@ class ProgramGen {
   }
 
   void step() {
-    const int a = any_value();
+    // Sometimes the previous op again on the same operand (with fresh attributes): near-
+    // duplicates that common-subexpression elimination must tell apart (or merge correctly).
+    int a = any_value(), op = pick(0, 28);
+    if (last_op_ >= 0 && coin(0.2)) a = last_a_, op = last_op_;
+    last_a_ = a;
+    last_op_ = op;
     const Shape& sa = shape(a);
     const int rank = static_cast<int>(sa.size());
     const double ba = bound_[a];
     Instr in;
     in.a = a;
-    switch (pick(0, 26)) {
-      case 0: in.op = Op::Relu, in.text = "relu(" + name(a) + ")"; return emit(in, ba);
-      case 1: in.op = Op::Neg, in.text = "neg(" + name(a) + ")"; return emit(in, ba);
-      case 2: in.op = Op::Abs, in.text = "abs(" + name(a) + ")"; return emit(in, ba);
-      case 3: in.op = Op::Tanh, in.text = "tanh(" + name(a) + ")"; return emit(in, 1);
-      case 4: in.op = Op::Sigmoid, in.text = "sigmoid(" + name(a) + ")"; return emit(in, 1);
-      case 5: in.op = Op::ExpTanh, in.text = "exp(tanh(" + name(a) + "))"; return emit(in, 2.72);
+    switch (op) {
+      case 0:
+        in.op = Op::Relu, in.text = "relu(" + name(a) + ")";
+        return emit(in, ba);
+      case 1:
+        in.op = Op::Neg, in.text = "neg(" + name(a) + ")";
+        return emit(in, ba);
+      case 2:
+        in.op = Op::Abs, in.text = "abs(" + name(a) + ")";
+        return emit(in, ba);
+      case 3:
+        in.op = Op::Tanh, in.text = "tanh(" + name(a) + ")";
+        return emit(in, 1);
+      case 4:
+        in.op = Op::Sigmoid, in.text = "sigmoid(" + name(a) + ")";
+        return emit(in, 1);
+      case 5:
+        in.op = Op::ExpTanh, in.text = "exp(tanh(" + name(a) + "))";
+        return emit(in, 2.72);
       case 6:
         in.op = Op::LogAbs1, in.text = "log(abs(" + name(a) + ") + 1)";
         return emit(in, std::log(ba + 1));
@@ -370,7 +440,9 @@ class ProgramGen {
         in.s = scalar();
         in.op = k == 0 ? Op::AddScalar : k == 1 ? Op::MulScalar : Op::ScalarSub;
         std::ostringstream os;
-        os << (k == 0 ? "add(" + name(a) + ", " : k == 1 ? "mul(" + name(a) + ", " : "sub(")
+        os << (k == 0   ? "add(" + name(a) + ", "
+               : k == 1 ? "mul(" + name(a) + ", "
+                        : "sub(")
            << in.s << (k == 2 ? ", " + name(a) : "") << ")";
         in.text = os.str();
         return emit(in, k == 1 ? ba * std::abs(in.s) : ba + std::abs(in.s));
@@ -398,8 +470,11 @@ class ProgramGen {
           for (int64_t d : in.dims) n *= sa[d < 0 ? d + rank : d];
         }
         std::ostringstream os;
-        os << (k == 0 ? "sum" : k == 1 ? "mean" : "amax") << "(" << name(a) << ", dims "
-           << shape_str(in.dims) << ", keepdim " << in.keepdim << ")";
+        os << (k == 0   ? "sum"
+               : k == 1 ? "mean"
+                        : "amax")
+           << "(" << name(a) << ", dims " << shape_str(in.dims) << ", keepdim " << in.keepdim
+           << ")";
         in.text = os.str();
         return emit(in, k == 0 ? ba * static_cast<double>(n) : ba);
       }
@@ -427,6 +502,14 @@ class ProgramGen {
         const Cand ch = c[pick(0, static_cast<int>(c.size()) - 1)];
         in.b = ch.v;
         in.i1 = ch.t;
+        {
+          const Shape& sb = shape(in.b);
+          const int rb = sb.size();
+          const int64_t m = in.i0 ? sa[rank - 1] : sa[rank - 2];
+          const int64_t n = in.i1 ? sb[rb - 2] : sb[rb - 1];
+          const int64_t batch = rank == 3 ? sa[0] : 1;
+          if (batch * m * n > max_numel_) return;
+        }
         std::ostringstream os;
         os << "matmul(" << name(a) << (in.i0 ? "^T" : "") << ", " << name(in.b)
            << (in.i1 ? "^T" : "") << ")";
@@ -448,7 +531,8 @@ class ProgramGen {
         in.shape = t[pick(0, static_cast<int>(t.size()) - 1)];
         const bool view = vals_[a].is_contiguous() && coin(0.5);
         in.op = view ? Op::View : Op::Reshape;
-        in.text = std::string(view ? "view(" : "reshape(") + name(a) + ", " + shape_str(in.shape) + ")";
+        in.text =
+            std::string(view ? "view(" : "reshape(") + name(a) + ", " + shape_str(in.shape) + ")";
         return emit(in, ba);
       }
       case 23: {
@@ -484,6 +568,36 @@ class ProgramGen {
         in.text = "unsqueeze(" + name(a) + ", " + std::to_string(in.i0) + ")";
         return emit(in, ba);
       }
+      case 27:
+      case 28: {
+        // A pointwise op feeding a reduction over the leading dim (and maybe more): the
+        // executor's fused reduction group, whose partial results over chunks of rows combine.
+        if (rank == 0) return;
+        Instr u;
+        u.a = a;
+        u.op = Op::MulScalar;
+        u.s = scalar();
+        std::ostringstream us;
+        us << "mul(" << name(a) << ", " << u.s << ")";
+        u.text = us.str();
+        emit(u, ba * std::abs(u.s));
+        in.a = static_cast<int>(vals_.size()) - 1;
+        const int k = pick(0, 2);
+        in.op = k == 0 ? Op::Sum : k == 1 ? Op::Mean : Op::Amax;
+        in.dims = {0};
+        if (rank > 1 && coin(0.4)) in.dims.push_back(pick(1, rank - 1));
+        in.keepdim = coin(0.5);
+        int64_t n = 1;
+        for (int64_t d : in.dims) n *= sa[d];
+        std::ostringstream os;
+        os << (k == 0   ? "sum"
+               : k == 1 ? "mean"
+                        : "amax")
+           << "(" << name(in.a) << ", dims " << shape_str(in.dims) << ", keepdim " << in.keepdim
+           << ")";
+        in.text = os.str();
+        return emit(in, (k == 0 ? static_cast<double>(n) : 1.0) * bound_[in.a]);
+      }
       case 25:
       case 26: {
         // Expand size-1 dims, or a new leading dim.
@@ -495,7 +609,7 @@ class ProgramGen {
           if (rank >= 4) return;
           s.insert(0, pick(2, 3));
         }
-        if (numel_of(s) > kMaxNumel) return;
+        if (numel_of(s) > max_numel_) return;
         in.op = Op::Expand;
         in.shape = s;
         in.text = "expand(" + name(a) + ", " + shape_str(s) + ")";
@@ -505,6 +619,7 @@ class ProgramGen {
   }
 
   std::mt19937_64 rng_;
+  int last_a_ = -1, last_op_ = -1;
   Program p_;
   std::vector<Tensor> vals_;
   std::vector<double> bound_;
@@ -522,9 +637,15 @@ void check_calls(F& f, const Program& p, Device dev) {
     const std::vector<Tensor> in = make_inputs(p, dev);
     std::vector<Tensor> got;
     switch (p.num_inputs()) {
-      case 1: got = f(in[0]); break;
-      case 2: got = f(in[0], in[1]); break;
-      default: got = f(in[0], in[1], in[2]); break;
+      case 1:
+        got = f(in[0]);
+        break;
+      case 2:
+        got = f(in[0], in[1]);
+        break;
+      default:
+        got = f(in[0], in[1], in[2]);
+        break;
     }
     const std::vector<Tensor> want = interpret(p, in);
     REQUIRE(got.size() == want.size());
@@ -540,7 +661,8 @@ void check_calls(F& f, const Program& p, Device dev) {
       for (size_t i = 0; i < w.size(); ++i) {
         const double err = std::abs(g[i] - w[i]);
         if (!(err <= 1e-5 * std::abs(w[i]) + 1e-6)) ++bad;
-        if (std::isnan(err) || err > worst_err) worst_err = std::isnan(err) ? INFINITY : err, worst = i;
+        if (std::isnan(err) || err > worst_err)
+          worst_err = std::isnan(err) ? INFINITY : err, worst = i;
         if (!std::isfinite(w[i])) FAIL("the eager program produced a non-finite value");
       }
       INFO(bad << " of " << w.size() << " elements differ; worst at " << worst << ": compiled "
@@ -560,8 +682,8 @@ void run_seed(uint64_t seed, Device dev) {
   Program p = ProgramGen(seed).make();
   INFO("seed " << seed << " on " << dev.str() << "\n" << p.str());
   manual_seed(seed);  // the inputs of the 4 calls
-  auto f = jit::compile(
-      [&p](const auto&... xs) { return interpret(p, std::vector<Tensor>{xs...}); });
+  auto f =
+      jit::compile([&p](const auto&... xs) { return interpret(p, std::vector<Tensor>{xs...}); });
   check_calls(f, p, dev);
 }
 
