@@ -56,7 +56,17 @@ void Executor::check_graph_support() {
   auto fail = [&](std::string why) { graph_note_ = "CUDA graph not used: " + std::move(why); };
   if (!computes_on_cuda(g_)) return fail("the executable computes on the CPU");
   int dev = -1;
-  for (const Value& v : g_.values) {
+  // Only values the plan touches: passes leave replaced names behind (e.g. a host tensor whose
+  // move to the GPU was folded into a device constant).
+  std::vector<bool> used(g_.values.size(), false);
+  for (const Node& n : g_.nodes) {
+    for (ValueId in : n.inputs) used[in] = true;
+    if (n.out != kNoValue) used[n.out] = true;
+  }
+  for (ValueId o : g_.outputs) used[o] = true;
+  for (size_t i = 0; i < g_.values.size(); ++i) {
+    if (!used[i]) continue;
+    const Value& v = g_.values[i];
     if (v.device.is_cpu()) {
       if (v.kind == ValueKind::Constant && v.shape.empty()) continue;  // inline scalars
       return fail("it touches a CPU tensor");
