@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "autograd/grad_mode.h"
+#include "core/config_epoch.h"
 #include "jit/dynamic.h"
 #include "jit/executor.h"
 #include "jit/fingerprint.h"
@@ -52,6 +53,7 @@ struct Entry {
   int traces = 0;
   std::unique_ptr<Executor> exec;
   std::string eager_reason;
+  uint64_t epoch = 0;  // config_epoch() when traced: train()/eval() and the like retrace
   // Dynamic shapes: per argument, the dims allowed to vary (bit d = dim d). An entry with any
   // is matched by shape rank only; once two traces at different sizes agree it holds a template
   // and instantiates an executor per size it meets.
@@ -231,6 +233,7 @@ struct CompiledCore::Impl {
         }
         if (!same) continue;
         e.sym = mask;
+        e.epoch = b.epoch;  // the seed trace's settings
         e.prev = std::make_unique<Graph>(*seed);
         e.prev_fp = fingerprint(*seed);
         break;
@@ -281,7 +284,9 @@ struct CompiledCore::Impl {
         log(Log::perf, options.name + ": dynamic: planned sizes (" + sizes + ")");
       }
     }
-    const std::string stale = inst->exec->stale_reason();
+    std::string stale = inst->exec->stale_reason();
+    if (stale.empty() && e.epoch != config_epoch())
+      stale = "host configuration changed since the trace (train()/eval(), optimizer options)";
     if (!stale.empty()) {
       log(Log::recompiles, options.name + ": recompiling: " + stale);
       ++stats.recompiles;
@@ -311,6 +316,7 @@ struct CompiledCore::Impl {
       entry->args.push_back(a);
     }
     entry->sym.assign(tensors.size(), 0);
+    entry->epoch = config_epoch();
     entry->plain = plain;
     entry->grad_mode = grad_mode;
     // Exact entries go first so a size met before keeps its specialized executor.
@@ -321,6 +327,8 @@ struct CompiledCore::Impl {
   void trace(Entry& e, std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode,
              EagerFn eager, void* ctx, std::vector<Tensor>& outputs) {
     outputs.clear();
+    if (e.prev && e.epoch != config_epoch()) e.prev.reset();  // traced under other settings
+    e.epoch = config_epoch();
     auto tracer = std::make_unique<Tracer>(options.fullgraph);
     for (size_t i = 0; i < tensors.size(); ++i)
       tracer->add_input(tensors[i], static_cast<int32_t>(i));
@@ -426,7 +434,10 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
     if (r == Impl::TemplateRun::Disagree) e = nullptr;  // a signature of its own
   }
   if (e && e->state == Entry::State::Compiled) {
-    const std::string stale = e->exec->stale_reason();
+    std::string stale = e->exec->stale_reason();
+    if (stale.empty() && e->epoch != config_epoch())
+      stale = "host configuration changed since the trace (a module's train()/eval(), or an "
+              "optimizer's parameters or structural options)";
     if (stale.empty()) {
       m.last = e;
       e->exec->run(tensors, outputs);

@@ -248,9 +248,11 @@ std::string Executor::stale_reason() const {
   return {};
 }
 
-void Executor::run_steps() {
+void Executor::run_steps(bool capturing) {
   uint64_t rng_base = 0, rng_seed = 0;
-  if (rng_counters_ > 0 && !graph_) {
+  // A capture only records: its random kernels read the key from rng_state_ at each launch,
+  // and the generator advances then, not now.
+  if (rng_counters_ > 0 && !capturing) {
     Generator& gen = default_generator();
     rng_seed = gen.seed();
     rng_base = gen.advance(rng_counters_);
@@ -314,7 +316,7 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
     StoragePtr st = make_empty(r.shape, r.dtype, r.device).impl()->storage;
     for (ValueId v : fresh_members_[f]) slots_[v]->storage = st;
   }
-  run_steps();
+  run_steps(false);
   apply_effects();
   outputs.clear();
   for (ValueId o : g_.outputs) {
@@ -357,7 +359,7 @@ void Executor::capture_graph() {
   }
   cuda::begin_capture(dev);
   try {
-    run_steps();
+    run_steps(true);
   } catch (...) {
     try {
       (void)cuda::end_capture(dev);

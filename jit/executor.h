@@ -65,7 +65,7 @@ class Executor {
   void build_slots();
   void build_steps();
   void check_graph_support();
-  void run_steps();
+  void run_steps(bool capturing);
   void capture_graph();
   void replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs);
   void apply_effects();

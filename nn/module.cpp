@@ -1,11 +1,14 @@
 #include "nn/module.h"
 
+#include "core/config_epoch.h"
+
 #include <cxxabi.h>
 
 #include <cstdlib>
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
+#include "core/config_epoch.h"
 #include "core/error.h"
 
 namespace ember::nn {
@@ -188,6 +191,7 @@ std::vector<std::shared_ptr<Module>> Module::modules(bool include_self) {
 }
 
 void Module::train(bool on) {
+  if (training_ != on) bump_config_epoch();  // compiled steps traced in the other mode retrace
   training_ = on;
   for (auto& [n, m] : children_) m->train(on);
 }

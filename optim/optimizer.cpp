@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include "core/config_epoch.h"
+
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 
@@ -25,6 +27,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 void Optimizer::add_param_group(ParamGroup group) {
+  bump_config_epoch();  // a compiled step updating these parameters must retrace
   if (!group.options) group.options = defaults_->clone();
   validate_options(*group.options);
   const size_t index = groups_.size();

@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/dispatch.h"
+#include "core/config_epoch.h"
 #include "core/error.h"
 #include "core/factory.h"
 
@@ -85,6 +86,10 @@ void SGD::set_options(size_t group, const SGDOptions& next) {
   next.validate();
   const SGDOptions prev = options(group);
   groups_[group].options = next.clone();
+  // Values live in device memory a compiled step reads; these change which kernels run.
+  if (next.nesterov() != prev.nesterov() || next.maximize() != prev.maximize() ||
+      (next.momentum() == 0) != (prev.momentum() == 0))
+    bump_config_epoch();
   if (next.lr() != prev.lr()) write_hyper(group, kLr, next.lr());
   if (next.momentum() != prev.momentum()) write_hyper(group, kMomentum, next.momentum());
   if (next.dampening() != prev.dampening()) write_hyper(group, kDampening, next.dampening());

@@ -3,9 +3,11 @@
 //  - a whole MLP training step (zero_grad, forward, cross entropy, backward, SGD step) compiled
 //    vs eager for 20 steps from the same init on the same batches: losses, final weights, grads
 //    and optimizer state; with momentum + nesterov + weight decay, with Dropout (same Philox
-//    stream), with set_lr between steps (no new executable). CPU, and CUDA on a GPU machine.
+//    stream), with set_lr between steps (no new executable); parameters reallocated or frozen
+//    between steps (the executable goes stale and retraces). CPU, and CUDA on a GPU machine.
+//  - random ops replay the draws eager makes; an in-place write to an argument is replayed.
 //  - the signature cache: hits, misses with the logged reason, plain arguments guarded by value,
-//    recompile_limit, dynamic=true.
+//    recompile_limit, dynamic=true over batch sizes 1..512, dynamic auto on a training step.
 //  - graph breaks: fullgraph=true raises on item() naming the op and call site; otherwise the
 //    signature runs eagerly (correctly) and the break is logged once; a host constant that
 //    changes between calls is a break.

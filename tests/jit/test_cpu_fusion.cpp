@@ -75,3 +75,39 @@ TEST_CASE("jit: explain reports the graph, passes, fused groups and the arena", 
   CHECK(broken.breaks[0].find("item") != std::string::npos);
   CHECK(broken.breaks[0].find("test_cpu_fusion.cpp") != std::string::npos);
 }
+
+TEST_CASE("jit: train()/eval() and optimizer structure changes retrace", "[jit]") {
+  manual_seed(13);
+  nn::Sequential model(nn::Linear(6, 8), nn::Dropout(0.5), nn::Linear(8, 3));
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
+  auto fwd = [&](const Tensor& x) {
+    NoGradGuard no_grad;
+    return model->forward(x);
+  };
+  auto f = jit::compile(fwd);
+  Tensor x = randn({5, 6});
+  for (int i = 0; i < 4; ++i) f(x);  // compiled in train mode (dropout active)
+  const int traces = f.stats().traces;
+  model->eval();
+  // In eval mode dropout is the identity: the compiled function must agree with eager exactly.
+  for (int i = 0; i < 4; ++i) CHECK(max_err(f(x), fwd(x)) == 0);
+  CHECK(f.stats().traces > traces);
+  CHECK(f.stats().recompiles >= 1);
+
+  // Turning momentum on changes which tensors the update touches: the step must retrace.
+  nn::CrossEntropyLoss crit;
+  Tensor y = randint(0, 3, {5});
+  auto step = jit::compile([&](const Tensor& in, const Tensor& t) {
+    opt.zero_grad();
+    Tensor loss = crit(model->forward(in), t);
+    loss.backward();
+    opt.step();
+    return loss;
+  });
+  for (int i = 0; i < 5; ++i) step(x, y);
+  const int before = step.stats().traces;
+  opt.set_momentum(0, 0.9);
+  for (int i = 0; i < 5; ++i) step(x, y);
+  CHECK(step.stats().traces > before);
+  CHECK(opt.momentum_buffer(0, 0).defined());
+}

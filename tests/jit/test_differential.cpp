@@ -1,9 +1,11 @@
 // Differential test of the JIT: random programs of table ops (pointwise unary/binary with
 // broadcasting and wrapped scalars, where over a comparison, sum/mean/amax over random dims,
 // matmuls with transposed operands, views: transpose, reshape, view, slice, narrow, unsqueeze,
-// expand) over 1-3 float inputs of random shapes and layouts. Each program is compiled and
-// called 4 times with fresh random inputs (calls 1-2 trace, 3-4 replay the executable); every
-// output of every call is compared with the same program run eagerly on the same inputs.
+// expand) over 1-3 float inputs of random shapes and layouts (contiguous, transposed, at a
+// storage offset that changes per call); about a third are large enough that the CPU executor
+// runs fused groups in several chunks. Each program is compiled and called 4 times with fresh
+// random inputs (calls 1-2 trace, 3-4 replay the executable); every output of every call is
+// compared with the same program run eagerly on the same inputs (tolerance in check_calls).
 // A failure prints the seed and the program.
 #include <algorithm>
 #include <cmath>
