@@ -7,6 +7,7 @@
 #include "core/generator.h"
 #include "core/philox.h"
 #include "jit/cpu_group.h"
+#include "jit/lower.h"
 
 namespace ember::jit {
 namespace {
@@ -44,8 +45,19 @@ bool computes_on_cuda(const Graph& g) {
 
 Executor::Executor(Graph graph, ExecutorOptions options)
     : g_(std::move(graph)), options_(options) {
-  plan_ = plan_memory(g_, computes_on_cuda(g_));
+  // CPU groups run chunked; CUDA groups run lowered where a lowering exists, else op by op.
+  const bool cuda = computes_on_cuda(g_);
+  std::vector<GroupStorage> storage = default_group_storage(g_, cuda);
+  lowered_.resize(g_.groups.size());
+  if (cuda)
+    for (size_t i = 0; i < g_.groups.size(); ++i)
+      if (auto how = cuda_lowering_storage(g_, g_.groups[i])) storage[i] = *how;
+  plan_ = plan_memory(g_, storage);
   build_slots();
+  if (cuda)
+    for (size_t i = 0; i < g_.groups.size(); ++i)
+      if (storage[i] != GroupStorage::Materialize || cuda_lowering_storage(g_, g_.groups[i]))
+        lowered_[i] = lower_cuda_group({g_, g_.groups[i], slots_, plan_});
   build_steps();
   if (options_.cuda_graph) check_graph_support();
 }
@@ -194,6 +206,15 @@ void Executor::build_steps() {
       }
     }
     if (kind == OpKind::View) continue;  // prebuilt
+    if (cuda && n.group >= 0 && lowered_[n.group]) {
+      if (static_cast<size_t>(g_.groups[n.group].nodes.back()) != ni) continue;
+      Step s;
+      s.kind = StepKind::Lowered;
+      s.cpu_group = n.group;
+      stats_.kernels += lowered_[n.group]->kernels();
+      steps_.push_back(std::move(s));
+      continue;
+    }
     Step s;
     s.op = n.op;
     s.attrs = n.attrs;
@@ -270,6 +291,7 @@ void Executor::run_steps(bool capturing) {
         break;
       case StepKind::Transfer: run_transfer(s.args[0], s.out); break;
       case StepKind::CpuGroup: cpu_groups_[s.cpu_group]->run(); break;
+      case StepKind::Lowered: lowered_[s.cpu_group]->run(); break;
     }
   }
 }
@@ -408,4 +430,15 @@ void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& o
   }
 }
 
+}  // namespace ember::jit
+
+namespace ember::jit {
+std::vector<std::string> Executor::lowerings() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < lowered_.size(); ++i)
+    if (lowered_[i])
+      out.push_back("group " + std::to_string(i) + " (" + group_kind_name(g_.groups[i].kind) +
+                    "): " + lowered_[i]->describe());
+  return out;
+}
 }  // namespace ember::jit

@@ -14,6 +14,7 @@
 namespace ember::jit {
 
 class CpuGroupRunner;  // jit/cpu_group.h
+class LoweredGroup;    // jit/lower.h
 
 struct ExecutorOptions {
   // CUDA: capture the replay as a CUDA graph (after one plain replay warmed the libraries up)
@@ -48,9 +49,11 @@ class Executor {
   const ExecutorStats& stats() const { return stats_; }
   // Why a requested CUDA graph is not used (empty when it is, or was not asked for).
   const std::string& graph_note() const { return graph_note_; }
+  // One line per lowered group ("pointwise x4 -> nvrtc kernel ..."), for logs and explain.
+  std::vector<std::string> lowerings() const;
 
  private:
-  enum class StepKind : uint8_t { Kernel, Random, Transfer, Update, CpuGroup };
+  enum class StepKind : uint8_t { Kernel, Random, Transfer, Update, CpuGroup, Lowered };
   struct Step {
     StepKind kind = StepKind::Kernel;
     OpId op = OpId::neg;
@@ -59,7 +62,7 @@ class Executor {
     Tensor out;
     Device device;
     uint64_t rng_delta = 0;
-    int32_t cpu_group = -1;
+    int32_t cpu_group = -1;  // CpuGroup: index into cpu_groups_; Lowered: the group
   };
 
   void build_slots();
@@ -78,6 +81,7 @@ class Executor {
   std::vector<StoragePtr> arenas_;
   std::vector<Step> steps_;
   std::vector<std::unique_ptr<CpuGroupRunner>> cpu_groups_;
+  std::vector<std::unique_ptr<LoweredGroup>> lowered_;  // per group (CUDA), null: op by op
   // Per input argument: the values whose storage follows it (the root and its views).
   std::vector<std::vector<ValueId>> input_members_;
   // Roots allocated fresh per replay, and the values sharing each.

@@ -50,10 +50,20 @@ struct MemoryPlan {
   std::vector<bool> fresh;
   int64_t total_bytes() const;
 };
+// How the executor runs a group decides which of its values need memory.
+enum class GroupStorage : uint8_t {
+  Materialize,  // op by op: every value stored
+  Tail,         // a GEMM whose product is stored, then a chunked/fused pointwise tail
+  None,         // one fused unit: values that stay inside the group are never stored
+};
 // Liveness over the node order -> offsets, reusing the space of dead values (first fit, 256-byte
-// aligned). `materialize_group_internals`: store values that stay inside a fused group (true when
-// the executor runs groups as separate kernels, as the generic CUDA path does).
+// aligned). `storage[i]` says how group i runs.
+MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage);
+// The executor's defaults: `materialize_group_internals` stores everything (groups run as
+// separate kernels); otherwise pointwise and reduction groups keep their internals out of
+// memory, a GEMM epilogue stores its product only, cross-entropy pairs store everything.
 MemoryPlan plan_memory(const Graph& g, bool materialize_group_internals);
+std::vector<GroupStorage> default_group_storage(const Graph& g, bool materialize);
 
 // Counts for logs and explain().
 struct PassReport {

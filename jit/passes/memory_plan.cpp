@@ -25,7 +25,7 @@ int64_t MemoryPlan::total_bytes() const {
   return t;
 }
 
-MemoryPlan plan_memory(const Graph& g, bool materialize_group_internals) {
+MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage) {
   const size_t nv = g.values.size();
   const size_t nn = g.nodes.size();
   MemoryPlan plan;
@@ -75,20 +75,18 @@ MemoryPlan plan_memory(const Graph& g, bool materialize_group_internals) {
     if (first[r] >= 0) plan.fresh[r] = true;
   }
   // Values that never leave their fused group exist only in registers / cache-sized chunks.
-  // Only pointwise chains (those feeding a reduction or following a GEMM included) run that
-  // way; the GEMM itself and the cross-entropy kernels write whole tensors.
   std::vector<char> internal(nv, 0);
-  if (!materialize_group_internals)
-    for (const Group& grp : g.groups) {
-      if (grp.kind == GroupKind::CrossEntropy) continue;
-      for (size_t i = grp.kind == GroupKind::GemmEpilogue ? 1 : 0; i < grp.nodes.size(); ++i) {
-        const int32_t m = grp.nodes[i];
-        const ValueId o = g.nodes[m].out;
-        if (o != kNoValue &&
-            std::find(grp.outputs.begin(), grp.outputs.end(), o) == grp.outputs.end())
-          internal[o] = 1;
-      }
+  for (size_t gi = 0; gi < g.groups.size(); ++gi) {
+    const Group& grp = g.groups[gi];
+    const GroupStorage how = gi < storage.size() ? storage[gi] : GroupStorage::Materialize;
+    if (how == GroupStorage::Materialize) continue;
+    for (size_t i = how == GroupStorage::Tail ? 1 : 0; i < grp.nodes.size(); ++i) {
+      const ValueId o = g.nodes[grp.nodes[i]].out;
+      if (o != kNoValue &&
+          std::find(grp.outputs.begin(), grp.outputs.end(), o) == grp.outputs.end())
+        internal[o] = 1;
     }
+  }
 
   std::vector<ValueId> order;
   for (size_t v = 0; v < nv; ++v)
@@ -125,6 +123,28 @@ MemoryPlan plan_memory(const Graph& g, bool materialize_group_internals) {
     plan.arenas[a].bytes = std::max(plan.arenas[a].bytes, at + size);
   }
   return plan;
+}
+
+}  // namespace ember::jit
+
+namespace ember::jit {
+
+std::vector<GroupStorage> default_group_storage(const Graph& g, bool materialize) {
+  std::vector<GroupStorage> out(g.groups.size(), GroupStorage::Materialize);
+  if (materialize) return out;
+  for (size_t i = 0; i < g.groups.size(); ++i) {
+    switch (g.groups[i].kind) {
+      case GroupKind::Pointwise:
+      case GroupKind::Reduction: out[i] = GroupStorage::None; break;
+      case GroupKind::GemmEpilogue: out[i] = GroupStorage::Tail; break;
+      case GroupKind::CrossEntropy: out[i] = GroupStorage::Materialize; break;
+    }
+  }
+  return out;
+}
+
+MemoryPlan plan_memory(const Graph& g, bool materialize_group_internals) {
+  return plan_memory(g, default_group_storage(g, materialize_group_internals));
 }
 
 }  // namespace ember::jit
