@@ -27,6 +27,62 @@ bool any_layout_consumer(OpKind k) {
   return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Ternary || k == OpKind::Matmul;
 }
 
+// The transpose of a 2-D value: the source of a [1,0] permute, or a new permute view (added to
+// `inserts`, placed before the node being rewritten).
+ValueId transposed(Graph& g, ValueId v, std::vector<Node>& inserts) {
+  const int32_t p = g.values[v].producer;
+  if (p >= 0 && g.nodes[p].op == OpId::permute && !g.nodes[p].inplace &&
+      g.nodes[p].attrs.dims == Dims{1, 0})
+    return g.nodes[p].inputs[0];
+  const Value src = g.values[v];
+  Value t = src;
+  t.kind = ValueKind::Node;
+  t.shape = Shape{src.shape[1], src.shape[0]};
+  t.strides = Strides{src.strides[1], src.strides[0]};
+  t.producer = -1;
+  t.slot = -1;
+  const ValueId id = g.add_value(t);
+  g.values[id].root = src.root;
+  Node n;
+  n.op = OpId::permute;
+  n.attrs.dims = Dims{1, 0};
+  n.inputs = {v};
+  n.out = id;
+  inserts.push_back(std::move(n));
+  return id;
+}
+
+// contiguous(transpose(mm(A, B))) -- how autograd hands a Linear weight its gradient -- is
+// mm(B^T, A^T): one GEMM with transposed operands instead of a GEMM plus a transposing copy.
+// Only when the product and its transpose are read by nothing else and nothing writes them.
+bool fold_transposed_product(Graph& g, size_t i,
+                             const std::vector<std::vector<int32_t>>& consumers,
+                             const std::vector<int64_t>& last_write,
+                             std::vector<std::vector<Node>>& inserts) {
+  Node& n = g.nodes[i];
+  const ValueId v = n.inputs[0];
+  const int32_t pv = g.values[v].producer;
+  if (pv < 0 || g.nodes[pv].op != OpId::permute || g.nodes[pv].attrs.dims != Dims{1, 0}) return false;
+  const ValueId m = g.nodes[pv].inputs[0];
+  const int32_t pm = g.values[m].producer;
+  if (pm < 0 || g.nodes[pm].op != OpId::mm || g.nodes[pm].inplace) return false;
+  if (g.values[m].root != m || last_write[m] >= 0 || last_write[g.values[n.out].root] >= 0)
+    return false;
+  if (consumers[m].size() != 1 || consumers[v].size() != 1) return false;
+  for (ValueId o : g.outputs)
+    if (g.values[o].root == m) return false;
+  const Value& out = g.values[n.out];
+  if (out.dtype != g.values[m].dtype || out.strides != contiguous_strides(out.shape)) return false;
+  const ValueId a = g.nodes[pm].inputs[0], b = g.nodes[pm].inputs[1];
+  const ValueId bt = transposed(g, b, inserts[i]);
+  const ValueId at = transposed(g, a, inserts[i]);
+  Node& node = g.nodes[i];  // `g.values` may have grown; the node vector has not
+  node.op = OpId::mm;
+  node.attrs = Attrs{};
+  node.inputs = {bt, at};
+  return true;
+}
+
 }  // namespace
 
 void canonicalize(Graph& g) {
@@ -51,6 +107,7 @@ void canonicalize(Graph& g) {
     for (ValueId in : g.nodes[i].inputs) consumers[in].push_back(static_cast<int32_t>(i));
 
   std::vector<bool> dead(nn, false);
+  std::vector<std::vector<Node>> inserts(nn);  // new nodes to place before node i
   bool any = false;
   for (size_t i = 0; i < nn; ++i) {
     Node& n = g.nodes[i];
@@ -86,6 +143,10 @@ void canonicalize(Graph& g) {
     }
 
     if (n.op != OpId::cast) continue;
+    if (fold_transposed_product(g, i, consumers, last_write, inserts)) {
+      any = true;
+      continue;
+    }
     const Value& xv = g.values[x];
     const Value& ov = g.values[out];
     if (ov.dtype != xv.dtype || n.attrs.dtype != xv.dtype || ov.device != xv.device) continue;
@@ -106,7 +167,17 @@ void canonicalize(Graph& g) {
     dead[i] = true;
     any = true;
   }
-  if (any) g.erase_nodes(dead);
+  if (!any) return;
+  std::vector<Node> kept;
+  kept.reserve(nn);
+  for (size_t i = 0; i < nn; ++i) {
+    for (Node& extra : inserts[i]) kept.push_back(std::move(extra));
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+  g.groups.clear();
+  for (Node& node : g.nodes) node.group = -1;
+  g.reindex();
 }
 
 }  // namespace ember::jit

@@ -111,3 +111,18 @@ TEST_CASE("jit: train()/eval() and optimizer structure changes retrace", "[jit]"
   CHECK(step.stats().traces > before);
   CHECK(opt.momentum_buffer(0, 0).defined());
 }
+
+TEST_CASE("jit: a transposed product's copy becomes one GEMM with transposed operands", "[jit]") {
+  manual_seed(14);
+  Tensor a = randn({9, 5}), b = randn({5, 7});
+  auto fn = [&](const Tensor& x) { return (mm(x, b).t()).contiguous() * 1.0; };
+  const jit::Explanation ex = jit::explain(fn, a);
+  REQUIRE(ex.captured);
+  CHECK(ex.traced_graph.find("cast(") != std::string::npos);
+  CHECK(ex.optimized_graph.find("cast(") == std::string::npos);
+  auto f = jit::compile(fn);
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = randn({9, 5});
+    CHECK(max_err(f(x), fn(x)) < 1e-6);
+  }
+}
