@@ -36,9 +36,9 @@ class QuietScope {
 };
 
 bool foldable_kind(OpKind k) {
-  // Random draws must come from the generator per replay; updates are effects; fill needs an
-  // output to write into (its result layout is not derived from attrs).
-  return k != OpKind::Random && k != OpKind::MultiTensor && k != OpKind::Nullary;
+  // Random draws must come from the generator per replay; updates are effects. A fill into a
+  // fresh tensor (zeros, ones: the tracer records its shape) folds like any pure node.
+  return k != OpKind::Random && k != OpKind::MultiTensor;
 }
 
 // A tensor over the constant's storage with `v`'s layout (the value may view the constant).
@@ -100,7 +100,12 @@ void fold_constants(Graph& g) {
       QuietScope quiet;
       args.clear();
       for (ValueId in : n.inputs) args.push_back(constant_tensor(g, in));
-      result = dispatch(n.op, args, n.attrs);
+      if (kind == OpKind::Nullary) {
+        result = make_empty(n.attrs.shape, out.dtype, out.device);
+        dispatch(n.op, args, n.attrs, &result);
+      } else {
+        result = dispatch(n.op, args, n.attrs);
+      }
     } catch (const Error&) {
       continue;  // e.g. a device this build cannot reach: leave the node to the executor
     }
