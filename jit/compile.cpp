@@ -15,6 +15,7 @@
 #include "jit/dynamic.h"
 #include "jit/executor.h"
 #include "jit/fingerprint.h"
+#include "jit/lower.h"
 #include "jit/log.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
@@ -153,9 +154,12 @@ struct CompiledCore::Impl {
   std::string last_graph;
 
   // ReduceOverhead and MaxAutotune replay CUDA executables as CUDA graphs.
+  // MaxAutotune also times GEMM algorithms per call site (a process-wide switch the GEMM
+  // lowering reads when it is built, which happens right after this).
   ExecutorOptions executor_options() const {
     ExecutorOptions o;
     o.cuda_graph = options.mode != Mode::Default;
+    set_gemm_autotune(options.mode == Mode::MaxAutotune);
     return o;
   }
 
@@ -201,6 +205,7 @@ struct CompiledCore::Impl {
                          std::to_string(s.kernels) + " kernel calls per replay, arena " +
                          std::to_string(s.arena_bytes) + " bytes" +
                          (e.exec->graph_note().empty() ? "" : "; " + e.exec->graph_note()));
+      for (const std::string& l : e.exec->lowerings()) log(Log::perf, options.name + ": " + l);
     }
   }
 

@@ -65,6 +65,7 @@ struct Explanation {
   std::string dot;                   // Graphviz of the optimized graph
   std::vector<std::string> passes;   // "dce: 120 -> 96 nodes"
   std::vector<std::string> groups;   // "pointwise: 3 nodes (relu, mul, add)"
+  std::vector<std::string> lowerings;  // how fused groups run on the device (CUDA)
   int32_t nodes_traced = 0, nodes_optimized = 0;
   int32_t kernels_per_replay = 0;
   int64_t arena_bytes = 0;

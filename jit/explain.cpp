@@ -23,6 +23,7 @@ std::string Explanation::str() const {
   for (const std::string& p : passes) os << "  " << p << "\n";
   os << "fused groups (" << groups.size() << "):\n";
   for (const std::string& g : groups) os << "  " << g << "\n";
+  for (const std::string& l : lowerings) os << "  lowered " << l << "\n";
   os << "kernel calls per replay: " << kernels_per_replay << "\n";
   os << "arena: " << arena_bytes << " bytes\n";
   os << "--- optimized graph ---\n" << optimized_graph;
@@ -68,6 +69,7 @@ Explanation explain_call(std::span<const Tensor> tensors, EagerCall eager, void*
   ex.dot = g.dot();
   Executor exec(std::move(g));
   ex.kernels_per_replay = exec.stats().kernels;
+  ex.lowerings = exec.lowerings();
   ex.arena_bytes = exec.stats().arena_bytes;
   std::fprintf(stderr, "%s", ex.str().c_str());
   return ex;

@@ -38,4 +38,58 @@ std::optional<GroupStorage> cuda_lowering_storage(const Graph& g, const Group& g
 // one by one, which needs GroupStorage::Materialize: only return null where storage allows).
 std::unique_ptr<LoweredGroup> lower_cuda_group(const LoweringContext& ctx);
 
+// Fused pointwise groups (GroupKind::Pointwise) as one kernel generated from the members'
+// functors and compiled with NVRTC (jit/lower_pointwise_cuda.cpp, jit/pointwise_codegen.h).
+// Storage: GroupStorage::None when every member is an elementwise op and dtype combination the
+// generator handles (internals stay in registers), nullopt otherwise (and in CPU-only builds).
+std::optional<GroupStorage> pointwise_lowering_storage(const Graph& g, const Group& group);
+// Compiles (or fetches from the in-memory / on-disk kernel caches) at construction; run() only
+// binds the slots' current addresses into the argument block and launches on stream(dev).
+std::unique_ptr<LoweredGroup> lower_pointwise_cuda(const LoweringContext& ctx);
+// Process-wide counts, for logs and tests.
+struct PointwiseLoweringStats {
+  int64_t groups = 0;       // lowerings built
+  int64_t compiled = 0;     // kernels compiled with NVRTC
+  int64_t from_disk = 0;    // loaded from the disk cache
+  int64_t from_memory = 0;  // already loaded in this process
+  // Groups run member by member on the eager kernels because the generated kernel could not be
+  // compiled or loaded (logged on `perf` with the reason).
+  int64_t fallbacks = 0;
+};
+PointwiseLoweringStats pointwise_lowering_stats();
+// For tests: while set, building a lowering fails as if NVRTC had refused the kernel, so the
+// member-by-member fallback runs.
+void set_pointwise_kernel_failure_for_testing(bool fail);
+
+// ---- GEMM epilogues and cross entropy on CUDA (jit/lower_gemm_cuda.cpp) -----------------------
+// A GemmEpilogue group of mm + add of a row-broadcast bias [+ relu], float32 on one GPU, runs as
+// one cuBLASLt matmul with the BIAS / RELU_BIAS epilogue (storage None: the product and the
+// biased sum are never stored). A CrossEntropy pair runs as one fused forward+backward kernel
+// (storage Materialize, so a null lowering is always safe). Anything else, and every group in a
+// build without CUDA: nullopt / null, and the executor runs the group op by op.
+std::optional<GroupStorage> gemm_lowering_storage(const Graph& g, const Group& group);
+std::unique_ptr<LoweredGroup> lower_gemm_cuda(const LoweringContext& ctx);
+std::optional<GroupStorage> cross_entropy_lowering_storage(const Graph& g, const Group& group);
+std::unique_ptr<LoweredGroup> lower_cross_entropy_cuda(const LoweringContext& ctx);
+// The host-side analysis behind them, in every build (for tests and explain): the cuBLASLt
+// epilogue a GemmEpilogue group maps onto ("BIAS", "RELU_BIAS"), or nullopt with the reason in
+// `why`; whether a CrossEntropy group fits the fused kernel.
+std::optional<std::string> gemm_group_epilogue(const Graph& g, const Group& group,
+                                               std::string* why = nullptr);
+bool cross_entropy_group_fusable(const Graph& g, const Group& group, std::string* why = nullptr);
+// MaxAutotune for GEMM lowerings built from now on: on its first replay outside a CUDA-graph
+// capture, each times the top (<= 8) cuBLASLt algorithms on its real operands (a few runs each,
+// at most ~100 ms per call site) and keeps the fastest; choices go to EMBER_LOGS=autotune.
+void set_gemm_autotune(bool on);
+bool gemm_autotune();
+struct GemmAutotuneInfo {
+  bool tuned = false;       // false: not asked for, not run yet, or nothing could be timed
+  int32_t algorithm = -1;   // the winner's index in the heuristic's order
+  double microseconds = 0;  // its mean time per run
+  int32_t candidates = 0;   // algorithms timed
+  std::string algo;         // "algo 21 tile 15 splitK 1 ..."
+};
+// The autotune outcome of a lowering made by lower_gemm_cuda (nullopt for any other).
+std::optional<GemmAutotuneInfo> gemm_autotune_info(const LoweredGroup& lowered);
+
 }  // namespace ember::jit

@@ -1,0 +1,269 @@
+#include "jit/disk_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "jit/log.h"
+
+namespace ember::jit {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int kIndexVersion = 1;
+constexpr const char* kIndexName = "index.json";
+constexpr const char* kLockName = "index.lock";
+
+bool valid_key(std::string_view k) {
+  if (k.empty() || k.size() > 128 || k.front() == '.') return false;
+  for (char c : k)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+std::string entry_file(std::string_view key) { return std::string(key) + ".bin"; }
+
+void say(const std::string& msg) { log(Log::cache, "disk cache: " + msg); }
+
+// An advisory lock on the directory's lock file, held for the object's lifetime (closing the
+// descriptor releases it). Without a lock file it holds nothing: a reader then relies on the
+// atomic renames and the checksums alone.
+class FileLock {
+ public:
+  FileLock(const fs::path& path, bool exclusive) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0 && !exclusive) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return;
+    int rc;
+    do {
+      rc = ::flock(fd_, exclusive ? LOCK_EX : LOCK_SH);
+    } while (rc != 0 && errno == EINTR);
+    locked_ = rc == 0;
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool locked() const { return locked_; }
+
+ private:
+  int fd_ = -1;
+  bool locked_ = false;
+};
+
+std::optional<std::string> read_file(const fs::path& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return std::nullopt;
+  std::string out;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return std::nullopt;
+  return out;
+}
+
+// Writes `bytes` to a temporary file next to `target` and renames it over `target`: readers see
+// the old file or the new one, never a partial one. Returns an error message, or empty.
+std::string write_atomically(const fs::path& target, std::string_view bytes) {
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid()) + "." +
+                       std::to_string(counter.fetch_add(1));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + tmp.string() + ": " + std::strerror(errno);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string why = "cannot write " + tmp.string() + ": " + std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return why;
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::close(fd) != 0 || ::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string why = "cannot replace " + target.string() + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return why;
+  }
+  return {};
+}
+
+// The index, or an empty one when there is none yet. `bad` is set when a file exists but is
+// not an index this version wrote.
+json read_index(const fs::path& dir, bool& bad) {
+  bad = false;
+  json empty = {{"version", kIndexVersion}, {"entries", json::object()}};
+  const std::optional<std::string> text = read_file(dir / kIndexName);
+  if (!text) return empty;
+  json idx = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (idx.is_discarded() || !idx.is_object() || idx.value("version", 0) != kIndexVersion ||
+      !idx.contains("entries") || !idx["entries"].is_object()) {
+    bad = true;
+    return empty;
+  }
+  return idx;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+DiskCache::DiskCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+std::filesystem::path DiskCache::default_dir() {
+  if (const char* d = std::getenv("EMBER_CACHE_DIR")) return d;  // set but empty: disabled
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "ember";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "ember";
+  return {};
+}
+
+DiskCache& DiskCache::global() {
+  static DiskCache cache(default_dir());
+  return cache;
+}
+
+DiskCache::Stats DiskCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::string DiskCache::checksum(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64-bit
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void DiskCache::report_unusable(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.errors;
+  if (reported_unusable_) return;
+  reported_unusable_ = true;
+  say(why + "; kernels are compiled without the disk cache");
+}
+
+std::optional<std::string> DiskCache::load(std::string_view key) {
+  if (!enabled()) return std::nullopt;
+  auto count = [&](int64_t Stats::*field) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(stats_.*field);
+  };
+  auto miss = [&](const std::string& why) -> std::optional<std::string> {
+    count(&Stats::misses);
+    say("miss " + std::string(key) + why);
+    return std::nullopt;
+  };
+  auto bad = [&](const std::string& why) -> std::optional<std::string> {
+    count(&Stats::bad_entries);
+    count(&Stats::misses);
+    say("entry " + std::string(key) + " in " + dir_.string() + " " + why +
+        "; ignoring it (it is rebuilt)");
+    return std::nullopt;
+  };
+  if (!valid_key(key)) return miss(" (not a valid key)");
+  try {
+    std::error_code ec;
+    if (!fs::is_directory(dir_, ec)) return miss("");
+    FileLock lock(dir_ / kLockName, /*exclusive=*/false);
+    bool bad_index = false;
+    const json idx = read_index(dir_, bad_index);
+    if (bad_index) return bad("is unreadable: index.json is corrupted");
+    const json& entries = idx["entries"];
+    const auto it = entries.find(std::string(key));
+    if (it == entries.end()) return miss("");
+    const json& e = *it;
+    if (!e.is_object() || !e.contains("file") || !e["file"].is_string() || !e.contains("size") ||
+        !e["size"].is_number_unsigned() || !e.contains("checksum") || !e["checksum"].is_string())
+      return bad("has a corrupted index record");
+    // The index names the file, but only the one name a key can have is ever opened.
+    if (e["file"].get<std::string>() != entry_file(key))
+      return bad("has a corrupted index record (file name)");
+    const std::optional<std::string> bytes = read_file(dir_ / entry_file(key));
+    if (!bytes) return bad("is missing its file");
+    const uint64_t size = e["size"].get<uint64_t>();
+    if (bytes->size() != size)
+      return bad(std::string(bytes->size() < size ? "is truncated" : "has the wrong size") + " (" +
+                 std::to_string(bytes->size()) + " bytes, expected " + std::to_string(size) + ")");
+    if (checksum(*bytes) != e["checksum"].get<std::string>())
+      return bad("is corrupted (checksum mismatch)");
+    count(&Stats::hits);
+    say("hit " + std::string(key) + " (" + std::to_string(bytes->size()) + " bytes)");
+    return bytes;
+  } catch (const std::exception& ex) {
+    return bad(std::string("could not be read: ") + ex.what());
+  }
+}
+
+bool DiskCache::store(std::string_view key, std::string_view bytes) {
+  if (!enabled()) return false;
+  if (!valid_key(key)) {
+    report_unusable("cannot store under the key '" + std::string(key) + "'");
+    return false;
+  }
+  try {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || !fs::is_directory(dir_)) {
+      report_unusable("cannot create " + dir_.string() + (ec ? ": " + ec.message() : ""));
+      return false;
+    }
+    FileLock lock(dir_ / kLockName, /*exclusive=*/true);
+    if (!lock.locked()) {
+      report_unusable("cannot lock " + (dir_ / kLockName).string() + ": " + std::strerror(errno));
+      return false;
+    }
+    std::string why = write_atomically(dir_ / entry_file(key), bytes);
+    if (!why.empty()) {
+      report_unusable(why);
+      return false;
+    }
+    bool bad_index = false;
+    json idx = read_index(dir_, bad_index);
+    if (bad_index) say("index.json in " + dir_.string() + " was corrupted; rebuilding it");
+    idx["entries"][std::string(key)] = {{"file", entry_file(key)},
+                                        {"size", static_cast<uint64_t>(bytes.size())},
+                                        {"checksum", checksum(bytes)},
+                                        {"created", utc_now()}};
+    why = write_atomically(dir_ / kIndexName, idx.dump(1));
+    if (!why.empty()) {
+      report_unusable(why);
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      ++stats_.stores;
+    }
+    say("stored " + std::string(key) + " (" + std::to_string(bytes.size()) + " bytes)");
+    return true;
+  } catch (const std::exception& ex) {
+    report_unusable(std::string("store failed: ") + ex.what());
+    return false;
+  }
+}
+
+}  // namespace ember::jit

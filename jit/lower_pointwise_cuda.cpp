@@ -1,0 +1,239 @@
+// The CUDA lowering of fused pointwise groups: the kernel jit/pointwise_codegen.cpp writes,
+// compiled with NVRTC (or taken from the kernel caches) when the executor builds the lowering,
+// then launched once per replay with the slots' current addresses.
+#include <atomic>
+
+#include "jit/lower.h"
+#include "jit/pointwise_codegen.h"
+
+#if defined(EMBER_WITH_CUDA)
+#include <algorithm>
+#include <cstring>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "jit/disk_cache.h"
+#include "jit/log.h"
+#include "kernels/cuda/nvrtc.h"
+#endif
+
+namespace ember::jit {
+namespace {
+
+std::atomic<int64_t> g_groups{0}, g_compiled{0}, g_from_disk{0}, g_from_memory{0}, g_fallbacks{0};
+std::atomic<bool> g_fail_for_testing{false};
+
+#if defined(EMBER_WITH_CUDA)
+namespace rtc = kernels::cuda::nvrtc;
+
+// The JIT's disk cache as NVRTC's binary store.
+class DiskStore final : public rtc::BinaryStore {
+ public:
+  std::optional<std::string> load(const std::string& key) override {
+    return DiskCache::global().load(key);
+  }
+  void store(const std::string& key, std::string_view bytes) override {
+    DiskCache::global().store(key, bytes);
+  }
+};
+
+constexpr int kThreads = 256;  // fused::kThreads (fused_pointwise.cuh)
+
+unsigned grid_for(int64_t items, int sms) {
+  // Enough blocks to fill every SM at full occupancy; the grid-stride loop covers the rest.
+  const int64_t cap = static_cast<int64_t>(sms) * (2048 / kThreads);
+  const int64_t need = (items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(need, cap)));
+}
+
+class PointwiseLowering final : public LoweredGroup {
+ public:
+  explicit PointwiseLowering(const LoweringContext& ctx)
+      : kernel_(generate_pointwise_kernel(ctx.graph, ctx.group)) {
+    EMBER_CHECK(!g_fail_for_testing.load(), "fused pointwise kernel: failure injected by a test");
+    const Value& first = ctx.graph.values[ctx.graph.nodes[ctx.group.nodes.front()].out];
+    dev_ = first.device.index;
+    std::string tag = "pointwise_v";
+    tag += std::to_string(kPointwiseCodegenVersion);
+    if (log_enabled(Log::code))
+      log(Log::code, "fused pointwise kernel: " + kernel_.summary + "\n" + kernel_.source);
+    if (kernel_.numel == 0) return;  // nothing ever runs
+    const char* names[2] = {FusedPointwiseKernel::kElementKernel,
+                            FusedPointwiseKernel::kVectorKernel};
+    DiskStore store;
+    const rtc::Module m =
+        rtc::get_module(kernel_.source, tag,
+                        std::span<const char* const>(names, kernel_.vec ? 2 : 1), dev_, &store);
+    switch (m.origin) {
+      case rtc::Origin::Memory:
+        ++g_from_memory;
+        break;
+      case rtc::Origin::Store:
+        ++g_from_disk;
+        break;
+      case rtc::Origin::Compiled:
+        ++g_compiled;
+        break;
+    }
+    ++g_groups;
+    log(Log::cache, "kernel " + m.key + " (" + kernel_.summary + ") from " +
+                        rtc::origin_name(m.origin) + " in " +
+                        std::to_string(static_cast<int>(m.milliseconds * 1000)) + " us");
+    element_ = m.kernels[0];
+    vector_ = kernel_.vec ? m.kernels[1] : nullptr;
+    const int sms = rtc::sm_count(dev_);
+    element_grid_ = grid_for(kernel_.numel, sms);
+    vector_grid_ = kernel_.vec ? grid_for(kernel_.numel / kernel_.vec, sms) : 0;
+    element_what_ = std::string("cudaLaunchKernel(") + FusedPointwiseKernel::kElementKernel + ": " +
+                    kernel_.summary + ")";
+    vector_what_ = std::string("cudaLaunchKernel(") + FusedPointwiseKernel::kVectorKernel + ": " +
+                   kernel_.summary + ")";
+    for (const FusedOperand& o : kernel_.operands) {
+      Bound b;
+      b.slot = ctx.slots[o.value];
+      b.word = o.slot;
+      b.bytes = o.elem_size;
+      b.align_mask = o.vec_align > 0 ? static_cast<uintptr_t>(o.vec_align - 1) : 0;
+      (o.scalar ? scalars_ : pointers_).push_back(std::move(b));
+    }
+    words_.assign(static_cast<size_t>(kernel_.words), 0);
+  }
+
+  void run() override {
+    if (kernel_.numel == 0) return;
+    uintptr_t misaligned = 0;
+    for (const Bound& b : pointers_) {
+      const auto p = reinterpret_cast<uintptr_t>(b.slot->data());
+      words_[b.word] = static_cast<uint64_t>(p);
+      misaligned |= p & b.align_mask;
+    }
+    // A 0-dim host tensor: its current value, like the eager kernels' inline scalars.
+    for (const Bound& b : scalars_) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, b.slot->data(), static_cast<size_t>(b.bytes));
+      words_[b.word] = bits;
+    }
+    if (vector_ && misaligned == 0)
+      rtc::launch(vector_, vector_grid_, kThreads, words_.data(), dev_, vector_what_.c_str());
+    else
+      rtc::launch(element_, element_grid_, kThreads, words_.data(), dev_, element_what_.c_str());
+  }
+
+  int32_t kernels() const override { return kernel_.numel == 0 ? 0 : 1; }
+  std::string describe() const override { return "nvrtc pointwise kernel: " + kernel_.summary; }
+
+ private:
+  struct Bound {
+    std::shared_ptr<TensorImpl> slot;
+    int32_t word = 0;
+    int64_t bytes = 0;
+    uintptr_t align_mask = 0;
+  };
+
+  FusedPointwiseKernel kernel_;
+  int dev_ = 0;
+  const void* element_ = nullptr;
+  const void* vector_ = nullptr;
+  unsigned element_grid_ = 1, vector_grid_ = 1;
+  std::string element_what_, vector_what_;
+  std::vector<Bound> pointers_, scalars_;
+  std::vector<uint64_t> words_;  // the argument block: pointers, then scalar bits
+};
+
+// When the generated kernel cannot be had (NVRTC or the driver refused it), the group still
+// runs, member by member on the eager kernels. The memory plan gave its internals no memory
+// (GroupStorage::None), so they get buffers of their own here, once.
+class MemberByMember final : public LoweredGroup {
+ public:
+  MemberByMember(const LoweringContext& ctx, std::string why) : why_(std::move(why)) {
+    const Graph& g = ctx.graph;
+    auto tensor_of = [&](ValueId v) {
+      if (std::find(ctx.group.outputs.begin(), ctx.group.outputs.end(), v) !=
+              ctx.group.outputs.end() ||
+          !is_member_result(g, ctx.group, v))
+        return Tensor(ctx.slots[v]);  // follows the executor's slot
+      for (const auto& [id, t] : scratch_)
+        if (id == v) return t;
+      const Value& val = g.values[v];
+      scratch_.emplace_back(v, make_empty(val.shape, val.dtype, val.device));
+      return scratch_.back().second;
+    };
+    for (int32_t ni : ctx.group.nodes) {
+      const Node& n = g.nodes[ni];
+      Step s;
+      s.op = n.op;
+      s.attrs = n.attrs;
+      for (ValueId in : n.inputs) s.args.push_back(tensor_of(in));
+      s.out = tensor_of(n.out);
+      s.device = g.values[n.out].device;
+      steps_.push_back(std::move(s));
+    }
+  }
+  void run() override {
+    for (const Step& s : steps_) run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
+  }
+  int32_t kernels() const override { return static_cast<int32_t>(steps_.size()); }
+  std::string describe() const override {
+    return "member by member (no generated kernel: " + why_ + ")";
+  }
+
+ private:
+  static bool is_member_result(const Graph& g, const Group& grp, ValueId v) {
+    for (int32_t ni : grp.nodes)
+      if (g.nodes[ni].out == v) return true;
+    return false;
+  }
+  struct Step {
+    OpId op = OpId::neg;
+    Attrs attrs;
+    std::vector<Tensor> args;
+    Tensor out;
+    Device device;
+  };
+  std::string why_;
+  std::vector<std::pair<ValueId, Tensor>> scratch_;
+  std::vector<Step> steps_;
+};
+#endif
+
+}  // namespace
+
+std::optional<GroupStorage> pointwise_lowering_storage(const Graph& g, const Group& group) {
+#if defined(EMBER_WITH_CUDA)
+  std::string why;
+  if (pointwise_codegen_supports(g, group, &why)) return GroupStorage::None;
+  if (group.kind == GroupKind::Pointwise)
+    log(Log::fusion, "pointwise group not lowered to a fused kernel: " + why);
+#else
+  (void)g;
+  (void)group;
+#endif
+  return std::nullopt;
+}
+
+std::unique_ptr<LoweredGroup> lower_pointwise_cuda(const LoweringContext& ctx) {
+#if defined(EMBER_WITH_CUDA)
+  if (!pointwise_codegen_supports(ctx.graph, ctx.group)) return nullptr;
+  try {
+    return std::make_unique<PointwiseLowering>(ctx);
+  } catch (const std::exception& e) {
+    ++g_fallbacks;
+    log(Log::perf, std::string("fused pointwise kernel unavailable, running the group member by "
+                               "member: ") +
+                       e.what());
+    return std::make_unique<MemberByMember>(ctx, e.what());
+  }
+#else
+  (void)ctx;
+  return nullptr;
+#endif
+}
+
+void set_pointwise_kernel_failure_for_testing(bool fail) { g_fail_for_testing.store(fail); }
+
+PointwiseLoweringStats pointwise_lowering_stats() {
+  return {g_groups.load(), g_compiled.load(), g_from_disk.load(), g_from_memory.load(),
+          g_fallbacks.load()};
+}
+
+}  // namespace ember::jit

@@ -1,0 +1,54 @@
+#pragma once
+// CUDA source for a fused pointwise group: one kernel that reads each external input once
+// (with its own broadcast/strided indexing over the group's shape, or as 16-byte vectors),
+// composes the members' functors in registers in the eager kernels' compute types, and writes
+// only the group's outputs. Shapes and strides are constants in the source. The source includes
+// kernels/cuda/fused_pointwise.cuh and is compiled by NVRTC (kernels/cuda/nvrtc.h).
+//
+// Host-only: generating (and inspecting) the source needs no GPU and no CUDA toolkit.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "jit/graph.h"
+
+namespace ember::jit {
+
+// Bumped when the generated code changes meaning: part of the kernel cache key.
+inline constexpr int kPointwiseCodegenVersion = 1;
+
+// One operand of the kernel's argument block. Pointer operands come first (outputs, then
+// inputs), then the inline scalars: 0-dim host tensors whose value travels inside the
+// arguments as the low bytes of a 64-bit word, like the eager kernels' inline scalars.
+struct FusedOperand {
+  ValueId value = kNoValue;
+  bool output = false;
+  bool scalar = false;
+  int32_t slot = 0;       // index of its 64-bit word in the argument block
+  int64_t elem_size = 0;  // bytes per element
+  int64_t vec_align = 0;  // bytes its address must be aligned to for the vector kernel (0: any)
+};
+
+struct FusedPointwiseKernel {
+  static constexpr const char* kElementKernel = "ember_fused_elem";
+  static constexpr const char* kVectorKernel = "ember_fused_vec";
+
+  std::string source;
+  std::string summary;  // "add, relu over [64, 512] (2 in, 1 out, vec 4)"
+  std::vector<FusedOperand> operands;
+  int32_t words = 0;  // 64-bit words in the argument block
+  int64_t numel = 0;
+  // Elements per thread of the vector kernel (kVectorKernel); 0 when the source has none. The
+  // vector kernel may only run when every operand's address meets its vec_align.
+  int32_t vec = 0;
+};
+
+// Whether the generator handles `group`: a Pointwise group whose members are out-of-place
+// unary/binary/ternary ops on one CUDA device, in dtype combinations the eager kernels accept,
+// reading values on that device or 0-dim host tensors. On false, `why` (if given) says why.
+bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string* why = nullptr);
+
+// The kernel for a supported group (throws ember::Error otherwise).
+FusedPointwiseKernel generate_pointwise_kernel(const Graph& g, const Group& group);
+
+}  // namespace ember::jit

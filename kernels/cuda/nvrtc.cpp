@@ -1,0 +1,303 @@
+#include "kernels/cuda/nvrtc.h"
+
+#include <cuda_runtime_api.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "kernels/cuda/embedded_headers.h"
+#include "kernels/cuda/runtime.h"
+
+namespace ember::kernels::cuda::nvrtc {
+namespace {
+
+void check(nvrtcResult r, const char* call) {
+  if (r != NVRTC_SUCCESS) EMBER_FAIL("nvrtc: ", call, " failed: ", nvrtcGetErrorString(r));
+}
+
+// What NVRTC compiles for when asked for `arch`: that architecture as a cubin when NVRTC knows
+// it, else PTX for the newest virtual architecture below it (a GPU newer than this NVRTC).
+struct Target {
+  int arch = 0;
+  bool ptx = false;
+};
+
+const std::vector<int>& supported_archs() {
+  static const std::vector<int> archs = [] {
+    int n = 0;
+    check(nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
+    std::vector<int> v(static_cast<size_t>(n));
+    if (n > 0) check(nvrtcGetSupportedArchs(v.data()), "nvrtcGetSupportedArchs");
+    return v;
+  }();
+  return archs;
+}
+
+Target target_for(int arch) {
+  const std::vector<int>& archs = supported_archs();
+  if (std::find(archs.begin(), archs.end(), arch) != archs.end()) return {arch, false};
+  int best = -1;
+  for (int a : archs)
+    if (a <= arch) best = std::max(best, a);
+  EMBER_CHECK(best > 0, "nvrtc: this NVRTC (", version() / 1000, ".", version() % 1000 / 10,
+              ") cannot compile for sm_", arch);
+  return {best, true};
+}
+
+// A 128-bit hash (two 64-bit lanes with different multipliers, each finished with a
+// SplitMix64-style mix): cache keys, not security.
+class KeyHash {
+ public:
+  void add(std::string_view s) {
+    for (unsigned char c : s) byte(c);
+    add(static_cast<uint64_t>(s.size()));  // delimits the fields
+  }
+  void add(uint64_t v) {
+    for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(v >> (8 * i)));
+  }
+  std::string hex() const {
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(mix(a_)),
+                  static_cast<unsigned long long>(mix(b_)));
+    return buf;
+  }
+
+ private:
+  void byte(unsigned char c) {
+    a_ = (a_ ^ c) * 0x100000001b3ull;
+    b_ = (b_ ^ c) * 0x9e3779b97f4a7c15ull;
+    b_ ^= b_ >> 29;
+  }
+  static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t a_ = 0xcbf29ce484222325ull, b_ = 0x6a09e667f3bcc909ull;
+};
+
+class Program {
+ public:
+  Program(std::string_view source, std::string_view name) {
+    const std::span<const EmbeddedHeader> headers = embedded_headers();
+    std::vector<const char*> texts, names;
+    for (const EmbeddedHeader& h : headers) {
+      texts.push_back(h.text);
+      names.push_back(h.name);
+    }
+    const std::string src(source), label(name);
+    check(nvrtcCreateProgram(&prog_, src.c_str(), label.c_str(), static_cast<int>(headers.size()),
+                             texts.data(), names.data()),
+          "nvrtcCreateProgram");
+  }
+  ~Program() { (void)nvrtcDestroyProgram(&prog_); }
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+  nvrtcProgram get() const { return prog_; }
+
+  std::string log() const {
+    size_t n = 0;
+    if (nvrtcGetProgramLogSize(prog_, &n) != NVRTC_SUCCESS || n == 0) return {};
+    std::string s(n, '\0');
+    if (nvrtcGetProgramLog(prog_, s.data()) != NVRTC_SUCCESS) return {};
+    while (!s.empty() && (s.back() == '\0' || s.back() == '\n')) s.pop_back();
+    return s;
+  }
+
+ private:
+  nvrtcProgram prog_ = nullptr;
+};
+
+// Modules loaded in this process, by cache key. Never unloaded: kernels handed out stay valid
+// for the life of the process (and at exit the driver may already be gone).
+struct Loaded {
+  std::string source;  // compared on a hit, so a key collision can never run the wrong code
+  cudaLibrary_t library = nullptr;
+  std::vector<std::pair<std::string, cudaKernel_t>> kernels;
+};
+std::mutex& modules_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<std::string, Loaded>& modules() {
+  static auto* m = new std::unordered_map<std::string, Loaded>();
+  return *m;
+}
+
+cudaError_t load_library(cudaLibrary_t* lib, const Binary& b) {
+  // A cubin is read as an ELF image; PTX must be NUL-terminated, which std::string guarantees.
+  return cudaLibraryLoadData(lib, b.bytes.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+}
+
+cudaKernel_t kernel_of(Loaded& m, const char* name) {
+  for (const auto& [n, k] : m.kernels)
+    if (n == name) return k;
+  cudaKernel_t k = nullptr;
+  const cudaError_t err = cudaLibraryGetKernel(&k, m.library, name);
+  if (err != cudaSuccess)
+    throw_cuda_error(err, (std::string("cudaLibraryGetKernel(") + name + ")").c_str(), __FILE__,
+                     __LINE__);
+  m.kernels.emplace_back(name, k);
+  return k;
+}
+
+}  // namespace
+
+int version() {
+  int major = 0, minor = 0;
+  check(nvrtcVersion(&major, &minor), "nvrtcVersion");
+  return major * 1000 + minor * 10;
+}
+
+int device_arch(int dev) {
+  int major = 0, minor = 0;
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+}
+
+int sm_count(int dev) { return cuda::sm_count(dev); }
+
+std::vector<std::string> compile_options(int arch) {
+  const Target t = target_for(arch);
+  const std::string a = std::to_string(t.arch);
+  // Spelled out although they are NVRTC's defaults: these are nvcc's defaults too, which the
+  // eager kernels are built with, and equal results depend on them.
+  return {t.ptx ? "--gpu-architecture=compute_" + a : "--gpu-architecture=sm_" + a,
+          "-std=c++17",
+          "--fmad=true",
+          "--ftz=false",
+          "--prec-div=true",
+          "--prec-sqrt=true"};
+}
+
+Binary compile(std::string_view source, int arch, std::string_view name) {
+  const Target t = target_for(arch);
+  const std::vector<std::string> opts = compile_options(arch);
+  std::vector<const char*> argv;
+  for (const std::string& o : opts) argv.push_back(o.c_str());
+  Program prog(source, name);
+  const nvrtcResult r = nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
+  if (r != NVRTC_SUCCESS)
+    EMBER_FAIL("nvrtc: ", name, " does not compile for ", t.ptx ? "compute_" : "sm_", t.arch, " (",
+               nvrtcGetErrorString(r), "):\n", prog.log());
+  Binary b;
+  b.ptx = t.ptx;
+  size_t n = 0;
+  if (t.ptx) {
+    check(nvrtcGetPTXSize(prog.get(), &n), "nvrtcGetPTXSize");
+    b.bytes.resize(n);
+    check(nvrtcGetPTX(prog.get(), b.bytes.data()), "nvrtcGetPTX");
+    while (!b.bytes.empty() && b.bytes.back() == '\0') b.bytes.pop_back();
+  } else {
+    check(nvrtcGetCUBINSize(prog.get(), &n), "nvrtcGetCUBINSize");
+    b.bytes.resize(n);
+    check(nvrtcGetCUBIN(prog.get(), b.bytes.data()), "nvrtcGetCUBIN");
+  }
+  EMBER_CHECK(!b.bytes.empty(), "nvrtc: ", name, " compiled to nothing");
+  return b;
+}
+
+std::string cache_key(std::string_view source, int arch, std::string_view tag) {
+  KeyHash h;
+  h.add("ember nvrtc key v1");
+  h.add(source);
+  for (const EmbeddedHeader& e : embedded_headers()) {
+    h.add(e.name);
+    h.add(e.digest);
+  }
+  h.add(static_cast<uint64_t>(version()));
+  const Target t = target_for(arch);
+  h.add(static_cast<uint64_t>(t.arch));
+  h.add(static_cast<uint64_t>(t.ptx));
+  for (const std::string& o : compile_options(arch)) h.add(o);
+  h.add(tag);
+  return h.hex();
+}
+
+const char* origin_name(Origin o) {
+  switch (o) {
+    case Origin::Memory:
+      return "memory";
+    case Origin::Store:
+      return "disk";
+    case Origin::Compiled:
+      return "nvrtc";
+  }
+  return "?";
+}
+
+Binary fetch_or_compile(std::string_view source, int arch, std::string_view tag, BinaryStore* store,
+                        Origin* origin) {
+  const std::string key = cache_key(source, arch, tag);
+  if (store) {
+    if (std::optional<std::string> bytes = store->load(key)) {
+      if (origin) *origin = Origin::Store;
+      return {std::move(*bytes), target_for(arch).ptx};
+    }
+  }
+  Binary b = compile(source, arch, std::string(tag) + ".cu");
+  if (store) store->store(key, b.bytes);
+  if (origin) *origin = Origin::Compiled;
+  return b;
+}
+
+Module get_module(std::string_view source, std::string_view tag,
+                  std::span<const char* const> kernel_names, int dev, BinaryStore* store) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int arch = device_arch(dev);
+  Module m;
+  m.key = cache_key(source, arch, tag);
+  std::lock_guard<std::mutex> lock(modules_mutex());
+  auto it = modules().find(m.key);
+  if (it != modules().end() && it->second.source == source) {
+    m.origin = Origin::Memory;
+  } else {
+    DeviceGuard load_guard(dev);
+    Binary bin = fetch_or_compile(source, arch, tag, store, &m.origin);
+    Loaded loaded;
+    loaded.source = std::string(source);
+    cudaError_t err = load_library(&loaded.library, bin);
+    if (err != cudaSuccess && m.origin == Origin::Store) {
+      // A stored binary this driver does not take: build it afresh and replace it.
+      (void)cudaGetLastError();
+      bin = compile(source, arch, std::string(tag) + ".cu");
+      if (store) store->store(m.key, bin.bytes);
+      m.origin = Origin::Compiled;
+      err = load_library(&loaded.library, bin);
+    }
+    if (err != cudaSuccess) throw_cuda_error(err, "cudaLibraryLoadData", __FILE__, __LINE__);
+    it = modules().insert_or_assign(m.key, std::move(loaded)).first;
+  }
+  DeviceGuard guard(dev);
+  for (const char* name : kernel_names) {
+    const void* k = reinterpret_cast<const void*>(kernel_of(it->second, name));
+    // Querying the kernel loads it into this device's context now: with lazy loading (CUDA's
+    // default) its first launch would, and that launch may be inside a CUDA-graph capture.
+    cudaFuncAttributes attr{};
+    const cudaError_t err = cudaFuncGetAttributes(&attr, k);
+    if (err != cudaSuccess)
+      throw_cuda_error(err, (std::string("cudaFuncGetAttributes(") + name + ")").c_str(), __FILE__,
+                       __LINE__);
+    m.kernels.push_back(k);
+  }
+  m.milliseconds =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+void launch(const void* kernel, unsigned grid, unsigned block, void* params, int dev,
+            const char* what) {
+  DeviceGuard guard(dev);
+  void* args[] = {params};
+  const cudaError_t err =
+      cudaLaunchKernel(kernel, dim3(grid), dim3(block), args, 0, cuda::stream(dev));
+  if (err != cudaSuccess) throw_cuda_error(err, what, __FILE__, __LINE__);
+}
+
+}  // namespace ember::kernels::cuda::nvrtc

@@ -1,0 +1,928 @@
+// GEMM epilogues, the fused cross entropy and their JIT lowerings (jit/lower_gemm_cuda.cpp),
+// always against Ember's eager ops (mm, add, relu, where, sum, cross_entropy(_backward)) run on
+// the same fresh random inputs, never against the code under test:
+//  - every cuBLASLt epilogue (none, BIAS, RELU_BIAS, RELU_AUX_BIAS, DRELU_BGRAD, BGRAD of either
+//    operand) over odd sizes and transposed operands; the plain-GEMM + bias-kernel fallback;
+//  - the fused cross-entropy kernel against the eager forward and backward: ignore_index, label
+//    smoothing, a scalar (stride 0) incoming gradient, every row width the launcher picks, and a
+//    bad target raising ember::Error at the next synchronize;
+//  - the lowerings built from hand-made graphs (after the fusion pass), with and without
+//    autotuning; the host-side matching (on the CPU too);
+//  - a whole MLP step under jit::compile on CUDA with the lowerings wired in, 20 steps.
+//
+// Tolerances. An fp32 GEMM's result depends on its summation order, and the epilogue kernel
+// cuBLASLt picks need not sum in the eager kernel's order, so an element may differ by a few
+// roundings of the partial sums: we allow 1e-5 of sum_k |a_ik b_kj| (plus 1e-5 relative), a
+// bound on that error for K up to ~10^4 (fp32 epsilon 6e-8 per addition, errors growing like
+// sqrt(K) in practice). The bias is added once and rounded once in both paths. The fused cross
+// entropy repeats the eager kernels' arithmetic in the same order with the same launch shape, so
+// it is expected bit for bit; the check allows 1 ulp in case the compiler contracts an
+// expression differently in the other kernel.
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/dispatch.h"
+#include "core/factory.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "jit/compile.h"
+#include "jit/log.h"
+#include "jit/lower.h"
+#include "jit/passes.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "optim/sgd.h"
+#include "test_util.h"
+#if defined(EMBER_WITH_CUDA)
+#include "kernels/cuda/cross_entropy_fused.h"
+#include "kernels/cuda/gemm_epilogue.h"
+#endif
+
+using namespace ember;
+using namespace ember::jit;
+
+namespace {
+
+#if defined(EMBER_WITH_CUDA)
+// ---- comparisons (CUDA tests only) ----------------------------------------------------------
+
+std::vector<double> host(const Tensor& t) {
+  return t.detach().cpu().to(kFloat64).contiguous().to_vector<double>();
+}
+
+// |a - e| <= rtol |e| + atol[i] everywhere; reports the worst element.
+void check_close(const std::vector<double>& a, const std::vector<double>& e, double rtol,
+                 const std::vector<double>& atol, const std::string& what) {
+  INFO(what);
+  REQUIRE(a.size() == e.size());
+  size_t bad = 0, worst = 0;
+  double worst_ratio = -1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double err = std::abs(a[i] - e[i]), tol = rtol * std::abs(e[i]) + atol[i];
+    const double ratio = std::isnan(err) ? INFINITY : err / tol;
+    if (!(err <= tol)) ++bad;
+    if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+  }
+  if (bad == 0) return;
+  FAIL_CHECK(what << ": " << bad << " of " << a.size() << " out of tolerance; worst at " << worst
+                  << ": got " << a[worst] << ", expected " << e[worst] << " (atol " << atol[worst]
+                  << ")");
+}
+
+// 1e-5 of sum_k |a_mk b_kn| per element of A[M,K] B[K,N] (float64, on the host).
+std::vector<double> gemm_atol(const Tensor& a, const Tensor& b) {
+  const std::vector<double> ha = host(a), hb = host(b);
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  std::vector<double> tol(M * N, 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const double x = std::abs(ha[m * K + k]);
+      for (int64_t n = 0; n < N; ++n) tol[m * N + n] += x * std::abs(hb[k * N + n]);
+    }
+  for (double& t : tol) t = 1e-5 * t + 1e-30;
+  return tol;
+}
+
+// 1e-5 of sum |x| along `dim` of a 2-D tensor (a bias-gradient's error bound).
+std::vector<double> sum_atol(const Tensor& x, int dim) {
+  const std::vector<double> h = host(x);
+  const int64_t R = x.size(0), C = x.size(1);
+  std::vector<double> tol(dim == 0 ? C : R, 0.0);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) tol[dim == 0 ? c : r] += std::abs(h[r * C + c]);
+  for (double& t : tol) t = 1e-5 * t + 1e-30;
+  return tol;
+}
+
+// A [rows, cols] operand, stored row-major or as the transposed view of a [cols, rows] tensor.
+Tensor operand(int64_t rows, int64_t cols, bool transposed, Device dev) {
+  return transposed ? randn({cols, rows}, dev).t() : randn({rows, cols}, dev);
+}
+
+#endif  // EMBER_WITH_CUDA
+
+// ---- graphs built by hand -------------------------------------------------------------------
+
+struct Linear {
+  Graph g;
+  ValueId x = kNoValue, w = kNoValue, b = kNoValue, out = kNoValue;
+};
+
+// x [M,K] (input 0, or its transposed view when x_t), W [N,K], b [N] (state):
+// relu?(mm(x, W^T) + b), returned; then the fusion pass.
+Linear linear_graph(const Tensor& x, const Tensor& w, const Tensor& b, bool relu,
+                    bool bias_first = false) {
+  Linear l;
+  Graph& g = l.g;
+  l.x = g.add_input(x, 0);
+  l.w = g.add_state(w);
+  l.b = g.add_state(b);
+  Attrs perm;
+  perm.dims = {1, 0};
+  const ValueId wt = g.append(OpId::permute, {l.w}, perm);
+  const ValueId p = g.append(OpId::mm, {l.x, wt});
+  const ValueId h = bias_first ? g.append(OpId::add, {l.b, p}) : g.append(OpId::add, {p, l.b});
+  l.out = relu ? g.append(OpId::relu, {h}) : h;
+  g.outputs = {l.out};
+  fuse(g);
+  return l;
+}
+
+const Group* find_group(const Graph& g, GroupKind kind) {
+  for (const Group& grp : g.groups)
+    if (grp.kind == kind) return &grp;
+  return nullptr;
+}
+
+#if defined(EMBER_WITH_CUDA)
+// Slots as the executor makes them: arguments, state and constants by identity, views on their
+// root's memory, and memory only for the values the plan stores (group internals get none, so a
+// lowering touching one would fail).
+std::vector<std::shared_ptr<TensorImpl>> make_slots(const Graph& g, const MemoryPlan& plan,
+                                                    const std::vector<Tensor>& args) {
+  std::vector<std::shared_ptr<TensorImpl>> s(g.values.size());
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const Value& v = g.values[i];
+    auto impl = std::make_shared<TensorImpl>();
+    impl->sizes = v.shape;
+    impl->strides = v.strides;
+    impl->offset = v.offset;
+    impl->dtype = v.dtype;
+    impl->device = v.device;
+    if (v.root != static_cast<ValueId>(i)) {
+      const Value& r = g.values[v.root];
+      impl->storage = s[v.root]->storage;
+      impl->offset = s[v.root]->offset + (v.offset - r.offset);
+    } else if (v.kind == ValueKind::Input) {
+      impl = args[v.slot].impl_ptr();
+    } else if (v.kind == ValueKind::State) {
+      impl = g.state[v.slot].impl_ptr();
+    } else if (v.kind == ValueKind::Constant) {
+      impl = g.constants[v.slot].impl_ptr();
+    } else if (plan.arena_of[i] >= 0 || plan.fresh[i]) {
+      impl->storage = make_empty(v.shape, v.dtype, v.device).impl()->storage;
+      impl->offset = 0;
+    }
+    s[i] = impl;
+  }
+  return s;
+}
+
+#endif  // EMBER_WITH_CUDA
+
+}  // namespace
+
+// ---- host-side matching (runs everywhere) ---------------------------------------------------
+
+TEST_CASE("gemm lowering: matches mm + bias [+ relu] groups and nothing else", "[jit]") {
+  // Built from CPU tensors, then marked as CUDA values: the matcher reads only the graph.
+  auto on_gpu = [](Graph& g) {
+    for (Value& v : g.values) v.device = Device::cuda(0);
+  };
+  const Tensor x = randn({8, 5}), w = randn({6, 5}), b = randn({6});
+  {
+    Linear l = linear_graph(x, w, b, true);
+    on_gpu(l.g);
+    const Group* grp = find_group(l.g, GroupKind::GemmEpilogue);
+    REQUIRE(grp);
+    std::string why;
+    const auto epi = gemm_group_epilogue(l.g, *grp, &why);
+    INFO(why);
+    REQUIRE(epi);
+    CHECK(*epi == "RELU_BIAS");
+  }
+  {
+    Linear l = linear_graph(x, w, b, false, /*bias_first=*/true);
+    on_gpu(l.g);
+    const Group* grp = find_group(l.g, GroupKind::GemmEpilogue);
+    REQUIRE(grp);
+    const auto epi = gemm_group_epilogue(l.g, *grp);
+    REQUIRE(epi);
+    CHECK(*epi == "BIAS");
+  }
+  {
+    // A transposed input is a layout flag, still one GEMM.
+    Linear l = linear_graph(randn({5, 8}).t(), w, b, true);
+    on_gpu(l.g);
+    const Group* grp = find_group(l.g, GroupKind::GemmEpilogue);
+    REQUIRE(grp);
+    CHECK(gemm_group_epilogue(l.g, *grp));
+  }
+  {
+    // Not on the GPU: no lowering.
+    Linear l = linear_graph(x, w, b, true);
+    const Group* grp = find_group(l.g, GroupKind::GemmEpilogue);
+    REQUIRE(grp);
+    std::string why;
+    CHECK_FALSE(gemm_group_epilogue(l.g, *grp, &why));
+    CHECK(why.find("GPU") != std::string::npos);
+  }
+  {
+    // float64 is not lowered (the lowering is float32 only).
+    Linear l = linear_graph(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), true);
+    on_gpu(l.g);
+    const Group* grp = find_group(l.g, GroupKind::GemmEpilogue);
+    REQUIRE(grp);
+    CHECK_FALSE(gemm_group_epilogue(l.g, *grp));
+  }
+  {
+    // A full [M,N] addend is no bias.
+    Graph g;
+    const ValueId vx = g.add_input(x, 0);
+    const ValueId vw = g.add_state(randn({5, 6}));
+    const ValueId vr = g.add_state(randn({8, 6}));
+    const ValueId p = g.append(OpId::mm, {vx, vw});
+    const ValueId h = g.append(OpId::add, {p, vr});
+    g.outputs = {g.append(OpId::relu, {h})};
+    fuse(g);
+    on_gpu(g);
+    const Group* grp = find_group(g, GroupKind::GemmEpilogue);
+    REQUIRE(grp);
+    std::string why;
+    CHECK_FALSE(gemm_group_epilogue(g, *grp, &why));
+    CHECK(why.find("not a row bias") != std::string::npos);
+  }
+  {
+    // mm + mul + add: not an epilogue cuBLASLt has.
+    Graph g;
+    const ValueId vx = g.add_input(x, 0);
+    const ValueId vw = g.add_state(randn({5, 6}));
+    const ValueId vb = g.add_state(b);
+    const ValueId p = g.append(OpId::mm, {vx, vw});
+    const ValueId q = g.append(OpId::mul, {p, p});
+    g.outputs = {g.append(OpId::add, {q, vb})};
+    fuse(g);
+    on_gpu(g);
+    const Group* grp = find_group(g, GroupKind::GemmEpilogue);
+    REQUIRE(grp);
+    CHECK_FALSE(gemm_group_epilogue(g, *grp));
+  }
+  {
+    // The biased sum is needed outside the group: two outputs, no single epilogue.
+    Graph g;
+    const ValueId vx = g.add_input(x, 0);
+    const ValueId vw = g.add_state(randn({5, 6}));
+    const ValueId vb = g.add_state(b);
+    const ValueId p = g.append(OpId::mm, {vx, vw});
+    const ValueId h = g.append(OpId::add, {p, vb});
+    const ValueId a = g.append(OpId::relu, {h});
+    g.outputs = {a, h};
+    fuse(g);
+    on_gpu(g);
+    for (const Group& grp : g.groups) CHECK_FALSE(gemm_group_epilogue(g, grp));
+  }
+  // Without CUDA in the build, nothing is lowered at all.
+#if !defined(EMBER_WITH_CUDA)
+  Linear l = linear_graph(x, w, b, true);
+  on_gpu(l.g);
+  CHECK_FALSE(gemm_lowering_storage(l.g, *find_group(l.g, GroupKind::GemmEpilogue)));
+#endif
+}
+
+TEST_CASE("cross-entropy lowering: matches the forward + backward pair", "[jit]") {
+  Graph g;
+  const Tensor logits = randn({6, 4}), target = randint(0, 4, {6});
+  const ValueId x = g.add_input(logits, 0);
+  const ValueId t = g.add_input(target, 1);
+  const ValueId gr = g.add_input(randn({6}), 2);
+  Attrs a;
+  a.label_smoothing = 0.1;
+  const ValueId l = g.append(OpId::cross_entropy, {x, t}, a);
+  const ValueId dx = g.append(OpId::cross_entropy_backward, {gr, x, t}, a);
+  g.outputs = {l, dx};
+  fuse(g);
+  for (Value& v : g.values) v.device = Device::cuda(0);
+  const Group* grp = find_group(g, GroupKind::CrossEntropy);
+  REQUIRE(grp);
+  std::string why;
+  INFO(why);
+  CHECK(cross_entropy_group_fusable(g, *grp, &why));
+  // Different loss attributes never pair (the fusion pass refuses them; so does the matcher).
+  Group fake = *grp;
+  g.nodes[fake.nodes[1]].attrs.label_smoothing = 0.2;
+  CHECK_FALSE(cross_entropy_group_fusable(g, fake, &why));
+}
+
+#if defined(EMBER_WITH_CUDA)
+namespace kc = ember::kernels::cuda;
+
+namespace {
+
+kc::GemmMatrix matrix_of(const Tensor& t) {
+  kc::GemmMatrix m;
+  m.ptr = t.raw_data();
+  m.rows = t.size(0);
+  m.cols = t.size(1);
+  m.row_stride = t.stride(0);
+  m.col_stride = t.stride(1);
+  return m;
+}
+
+kc::GemmCall call_of(const Tensor& a, const Tensor& b, const Tensor& d, kc::GemmEpilogue e) {
+  kc::GemmCall c;
+  c.device = d.device().index;
+  c.dtype = d.dtype();
+  c.a = matrix_of(a);
+  c.b = matrix_of(b);
+  c.d = d.raw_data();
+  c.ld_d = d.stride(0);
+  c.epilogue = e;
+  return c;
+}
+
+// A mask buffer of relu_mask_bytes(M, N) bytes (int32 words: 16-byte multiples per row).
+Tensor mask_buffer(int64_t m, int64_t n, Device dev) {
+  return zeros({kc::relu_mask_bytes(m, n) / 4}, TensorOptions(kInt32).device(dev));
+}
+
+struct Shape3 {
+  int64_t m, k, n;
+};
+const Shape3 kShapes[] = {{64, 784, 512}, {64, 512, 10}, {7, 13, 5},   {1, 9, 4},
+                          {5, 1, 3},      {6, 11, 1},    {33, 65, 129}};
+
+// Runs the epilogue when cuBLASLt has it; false (and checks that the call throws instead of
+// crashing) when it has none for this layout.
+bool run_or_unsupported(const kc::GemmCall& c, std::vector<std::string>& unsupported,
+                        const std::string& what) {
+  if (!kc::top_algorithms(c, 1).empty()) {
+    kc::gemm_epilogue(c);
+    return true;
+  }
+  unsupported.push_back(what);
+  CHECK_THROWS_AS(kc::gemm_epilogue(c), Error);
+  CHECK_FALSE(kc::try_gemm_epilogue(c));
+  return false;
+}
+
+std::string case_name(const char* epi, const Shape3& s, bool ta, bool tb) {
+  return std::string(epi) + " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
+         " N=" + std::to_string(s.n) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
+}
+
+}  // namespace
+
+TEST_CASE("gemm_epilogue: none, BIAS, RELU_BIAS match eager mm + add + relu", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(11);
+  std::vector<std::string> unsupported;
+  for (const Shape3& s : kShapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = operand(s.m, s.k, ta, dev), b = operand(s.k, s.n, tb, dev);
+        const Tensor bias = randn({s.n}, dev);
+        const Tensor prod = mm(a, b), biased = add(prod, bias), act = relu(biased);
+        const std::vector<double> atol = gemm_atol(a, b);
+        const struct {
+          kc::GemmEpilogue e;
+          const Tensor* expect;
+        } cases[] = {{kc::GemmEpilogue::None, &prod},
+                     {kc::GemmEpilogue::Bias, &biased},
+                     {kc::GemmEpilogue::ReluBias, &act}};
+        for (const auto& cs : cases) {
+          const std::string what = case_name(kc::gemm_epilogue_name(cs.e), s, ta, tb);
+          Tensor d = full({s.m, s.n}, std::nan(""), dev);  // every element must be written
+          kc::GemmCall c = call_of(a, b, d, cs.e);
+          c.bias = bias.raw_data();
+          if (!run_or_unsupported(c, unsupported, what)) continue;
+          check_close(host(d), host(*cs.expect), 1e-5, atol, what);
+        }
+      }
+  // The lowering relies on these: float32 BIAS and RELU_BIAS must exist for every layout.
+  INFO("unsupported: " << unsupported.size());
+  for (const std::string& u : unsupported) FAIL_CHECK("cuBLASLt has no algorithm for " << u);
+}
+
+TEST_CASE("gemm_epilogue: RELU_AUX_BIAS then DRELU_BGRAD, as in an MLP's forward and backward",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(12);
+  std::vector<std::string> unsupported;
+  int ran = 0;
+  // h = relu(x W1^T + b1) [M,H]; dH = dlogits [M,O] x W2 [O,H], masked; db1 = column sums.
+  const struct {
+    int64_t m, in, hidden, out;
+  } shapes[] = {{64, 784, 512, 10}, {7, 13, 33, 5}, {1, 4, 129, 3}, {50, 20, 128, 1}};
+  for (const auto& s : shapes)
+    for (bool tb : {true, false}) {
+      const Tensor x = randn({s.m, s.in}, dev);
+      const Tensor w1 = operand(s.in, s.hidden, tb, dev);
+      const Tensor b1 = randn({s.hidden}, dev);
+      Tensor h = full({s.m, s.hidden}, std::nan(""), dev);
+      Tensor mask = mask_buffer(s.m, s.hidden, dev);
+      kc::GemmCall fwd = call_of(x, w1, h, kc::GemmEpilogue::ReluAuxBias);
+      fwd.bias = b1.raw_data();
+      fwd.aux = mask.raw_data();
+      const Shape3 fs{s.m, s.in, s.hidden};
+      if (!run_or_unsupported(fwd, unsupported, case_name("RELU_AUX_BIAS", fs, false, tb)))
+        continue;
+      check_close(host(h), host(relu(add(mm(x, w1), b1))), 1e-5, gemm_atol(x, w1),
+                  case_name("RELU_AUX_BIAS", fs, false, tb));
+      // The mask layout (bit m * ld + n, little-endian words) is cuBLASLt's business; reported
+      // here for anyone decoding it, not required.
+      {
+        const std::vector<int32_t> bits = mask.cpu().to_vector<int32_t>();
+        const std::vector<double> hh = host(h);
+        const int64_t ld = kc::relu_mask_ld(s.hidden);
+        int64_t mismatches = 0;
+        for (int64_t m = 0; m < s.m; ++m)
+          for (int64_t n = 0; n < s.hidden; ++n) {
+            const int64_t bit = m * ld + n;
+            const bool set = (static_cast<uint32_t>(bits[bit / 32]) >> (bit % 32)) & 1u;
+            mismatches += set != (hh[m * s.hidden + n] > 0);
+          }
+        if (mismatches) WARN("ReLU mask bits differ from h > 0 in " << mismatches << " places");
+      }
+      // Backward through the mask the forward wrote.
+      const Tensor dlogits = randn({s.m, s.out}, dev);
+      const Tensor w2 = randn({s.out, s.hidden}, dev);
+      Tensor dh = full({s.m, s.hidden}, std::nan(""), dev);
+      Tensor db1 = full({s.hidden}, std::nan(""), dev);
+      kc::GemmCall bwd = call_of(dlogits, w2, dh, kc::GemmEpilogue::DReluBGrad);
+      bwd.aux = mask.raw_data();
+      bwd.bias_grad = db1.raw_data();
+      const Shape3 bs{s.m, s.out, s.hidden};
+      if (!run_or_unsupported(bwd, unsupported, case_name("DRELU_BGRAD", bs, false, false)))
+        continue;
+      const Tensor expect = where(gt(h, 0.0), mm(dlogits, w2), 0.0);
+      check_close(host(dh), host(expect), 1e-5, gemm_atol(dlogits, w2),
+                  case_name("DRELU_BGRAD dH", bs, false, false));
+      check_close(host(db1), host(sum(expect, {0})), 1e-5, sum_atol(expect, 0),
+                  case_name("DRELU_BGRAD db", bs, false, false));
+      ++ran;
+    }
+  for (const std::string& u : unsupported) WARN("cuBLASLt has no float32 algorithm for " << u);
+  // At least the MLP's own layout (W1 as the transposed view of Linear's [H, in] weight).
+  CHECK(ran >= 1);
+}
+
+TEST_CASE("gemm_epilogue: BGRAD of either operand matches eager sums", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(13);
+  std::vector<std::string> unsupported;
+  int ran = 0;
+  for (const Shape3& s : kShapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (kc::GemmEpilogue e : {kc::GemmEpilogue::BGradA, kc::GemmEpilogue::BGradB}) {
+          const std::string what = case_name(kc::gemm_epilogue_name(e), s, ta, tb);
+          const Tensor a = operand(s.m, s.k, ta, dev), b = operand(s.k, s.n, tb, dev);
+          const bool of_a = e == kc::GemmEpilogue::BGradA;
+          Tensor d = full({s.m, s.n}, std::nan(""), dev);
+          Tensor bg = full({of_a ? s.m : s.n}, std::nan(""), dev);
+          kc::GemmCall c = call_of(a, b, d, e);
+          c.bias_grad = bg.raw_data();
+          if (!run_or_unsupported(c, unsupported, what)) continue;
+          check_close(host(d), host(mm(a, b)), 1e-5, gemm_atol(a, b), what + " D");
+          const Tensor expect = of_a ? sum(a, {1}) : sum(b, {0});
+          check_close(host(bg), host(expect), 1e-5, of_a ? sum_atol(a, 1) : sum_atol(b, 0),
+                      what + " bias grad");
+          ++ran;
+        }
+  for (const std::string& u : unsupported) WARN("cuBLASLt has no float32 algorithm for " << u);
+  CHECK(ran >= 1);
+}
+
+TEST_CASE("gemm_epilogue: bad calls throw, the bias fallback matches eager", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  manual_seed(14);
+  const Tensor a = randn({6, 5}, dev), b = randn({5, 7}, dev), bias = randn({7}, dev);
+  Tensor d = empty({6, 7}, TensorOptions(dev));
+  kc::GemmCall c = call_of(a, b, d, kc::GemmEpilogue::Bias);
+  CHECK_THROWS_AS(kc::gemm_epilogue(c), Error);  // no bias pointer
+  kc::GemmCall wrong = call_of(a, randn({4, 7}, dev), d, kc::GemmEpilogue::None);
+  CHECK_THROWS_AS(kc::gemm_epilogue(wrong), Error);  // K mismatch
+  kc::GemmCall aux = call_of(a, b, d, kc::GemmEpilogue::ReluAuxBias);
+  aux.bias = bias.raw_data();
+  aux.aux = mask_buffer(6, 7, dev).raw_data();
+  aux.aux_ld = 100;  // not a multiple of 128
+  CHECK_THROWS_AS(kc::gemm_epilogue(aux), Error);
+  // The lowering's fallback: plain GEMM, then the bias (and relu) kernel.
+  for (bool r : {false, true}) {
+    kc::GemmCall plain = call_of(a, b, d, kc::GemmEpilogue::None);
+    kc::gemm_epilogue(plain);
+    kc::add_bias_rows(0, kFloat32, d.raw_data(), 6, 7, 7, bias.raw_data(), r);
+    const Tensor expect = r ? relu(add(mm(a, b), bias)) : add(mm(a, b), bias);
+    check_close(host(d), host(expect), 1e-5, gemm_atol(a, b), r ? "fallback relu" : "fallback");
+  }
+}
+
+TEST_CASE("gemm_epilogue: autotune times the top algorithms and keeps a correct winner",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(15);
+  const Tensor x = randn({64, 784}, dev), w = randn({512, 784}, dev).t(), b = randn({512}, dev);
+  Tensor h = empty({64, 512}, TensorOptions(dev));
+  kc::GemmCall c = call_of(x, w, h, kc::GemmEpilogue::ReluBias);
+  c.bias = b.raw_data();
+  const std::vector<kc::GemmAlgorithm> algos = kc::top_algorithms(c, 8);
+  REQUIRE(!algos.empty());
+  CHECK(algos.size() <= 8);
+  for (const auto& al : algos) CHECK(!al.describe.empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  const kc::GemmAutotuneResult r = kc::autotune_gemm(c, 8, 5, 100.0);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("autotune took " << secs << " s; picked " << r.index << " (" << r.describe << ") "
+                        << r.microseconds << " us");
+  CHECK(secs < 1.0);
+  REQUIRE(r.index >= 0);
+  CHECK(r.index < static_cast<int>(algos.size()));
+  CHECK(r.times.size() == algos.size());
+  CHECK(std::isfinite(r.microseconds));
+  CHECK(r.microseconds > 0);
+  for (float t : r.times) CHECK(t >= r.microseconds);
+  const Tensor expect = relu(add(mm(x, w), b));
+  check_close(host(h), host(expect), 1e-5, gemm_atol(x, w), "after autotune");
+  // Every candidate gives a correct result, and the default now is the winner.
+  for (const auto& al : algos) {
+    Tensor d = full({64, 512}, std::nan(""), dev);
+    kc::GemmCall ci = c;
+    ci.d = d.raw_data();
+    kc::gemm_epilogue(ci, al.index);
+    check_close(host(d), host(expect), 1e-5, gemm_atol(x, w), "candidate " + al.describe);
+  }
+  CHECK_THROWS_AS(kc::gemm_epilogue(c, static_cast<int>(algos.size()) + 8), Error);
+  kc::gemm_epilogue(c);
+  check_close(host(h), host(expect), 1e-5, gemm_atol(x, w), "autotuned default");
+  // A second tuning of the same problem reuses the first.
+  const kc::GemmAutotuneResult again = kc::autotune_gemm(c);
+  CHECK(again.cached);
+  CHECK(again.index == r.index);
+}
+
+// ---- the fused cross entropy ------------------------------------------------------------------
+
+namespace {
+
+// Ulps between two floats of one sign (or both zero).
+int64_t ulps(float a, float b) {
+  if (a == b) return 0;
+  if (std::isnan(a) || std::isnan(b) || (a < 0) != (b < 0)) return INT64_MAX;
+  return std::abs(static_cast<int64_t>(std::bit_cast<int32_t>(a)) -
+                  static_cast<int64_t>(std::bit_cast<int32_t>(b)));
+}
+
+void check_ulps(const Tensor& got, const Tensor& want, const std::string& what) {
+  const std::vector<float> g = got.cpu().contiguous().to_vector<float>();
+  const std::vector<float> w = want.cpu().contiguous().to_vector<float>();
+  REQUIRE(g.size() == w.size());
+  int64_t worst = 0, differ = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const int64_t u = ulps(g[i], w[i]);
+    differ += u != 0;
+    if (u > worst) worst = u, at = i;
+  }
+  INFO(what << ": " << differ << " of " << g.size() << " elements not bitwise equal; worst "
+            << worst << " ulp at " << at << " (" << g[at] << " vs " << w[at] << ")");
+  CHECK(worst <= 1);
+}
+
+struct CeRun {
+  Tensor loss, dlogits;
+};
+
+CeRun fused_ce(const Tensor& logits, const Tensor& target, const Tensor& grad, int64_t ignore_index,
+               double smoothing) {
+  CeRun r;
+  const int64_t N = logits.size(0), C = logits.size(1);
+  r.loss = full({N}, std::nan(""), TensorOptions(logits.device()));
+  r.dlogits = full({N, C}, std::nan(""), TensorOptions(logits.device()));
+  kc::CrossEntropyFusedCall c;
+  c.device = logits.device().index;
+  c.dtype = logits.dtype();
+  c.logits = logits.raw_data();
+  c.target = static_cast<const int64_t*>(target.raw_data());
+  c.grad = grad.raw_data();
+  c.grad_stride = grad.dim() == 0 ? 0 : grad.stride(0);
+  c.loss = r.loss.raw_data();
+  c.dlogits = r.dlogits.raw_data();
+  c.n = N;
+  c.c = C;
+  c.ignore_index = ignore_index;
+  c.label_smoothing = smoothing;
+  kc::cross_entropy_fused(c);
+  return r;
+}
+
+CeRun eager_ce(const Tensor& logits, const Tensor& target, const Tensor& grad, int64_t ignore_index,
+               double smoothing) {
+  NoGradGuard ng;
+  Attrs a;
+  a.ignore_index = ignore_index;
+  a.label_smoothing = smoothing;
+  CeRun r;
+  r.loss = dispatch(OpId::cross_entropy, {logits, target}, a);
+  r.dlogits = dispatch(OpId::cross_entropy_backward, {grad, logits, target}, a);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy_fused equals the eager forward and backward", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  manual_seed(21);
+  // Row widths cover every launch shape: a warp per row, 256 and 1024 threads per row.
+  const struct {
+    int64_t n, c;
+  } shapes[] = {{64, 10}, {7, 1000}, {5, 3001}, {3, 10007}, {1, 1}, {33, 2}};
+  for (const auto& s : shapes)
+    for (double smoothing : {0.0, 0.1})
+      for (int64_t ignore : {int64_t{-100}, int64_t{0}})
+        for (bool scalar_grad : {false, true}) {
+          const std::string what = "N=" + std::to_string(s.n) + " C=" + std::to_string(s.c) +
+                                   " smoothing " + std::to_string(smoothing) + " ignore " +
+                                   std::to_string(ignore) + (scalar_grad ? " scalar grad" : "");
+          const Tensor logits = randn({s.n, s.c}, dev) * 3.0;
+          Tensor target = randint(0, s.c, {s.n}, dev);
+          if (s.n > 2) {  // a few rows ignored by value
+            std::vector<int64_t> t = target.cpu().to_vector<int64_t>();
+            t[1] = ignore;
+            t[s.n - 1] = -100;
+            target = from_vector(t, {s.n}).to(dev);
+          }
+          // A mean's backward hands the loss pair an expanded scalar (stride 0).
+          const Tensor grad = scalar_grad
+                                  ? full({}, 1.0 / static_cast<double>(s.n), dev).expand({s.n})
+                                  : randn({s.n}, dev);
+          const CeRun f = fused_ce(logits, target, grad, ignore, smoothing);
+          const CeRun e = eager_ce(logits, target, grad, ignore, smoothing);
+          cuda::synchronize(0);
+          check_ulps(f.loss, e.loss, what + " loss");
+          check_ulps(f.dlogits, e.dlogits, what + " dlogits");
+        }
+}
+
+TEST_CASE("cross_entropy_fused: a bad target raises ember::Error at the next sync", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  const Tensor logits = randn({4, 10}, dev), grad = randn({4}, dev);
+  const Tensor target = from_vector(std::vector<int64_t>{1, 12, 3, -100}, {4}).to(dev);
+  const CeRun f = fused_ce(logits, target, grad, -100, 0.0);
+  CHECK_THROWS_WITH(cuda::synchronize(0), Catch::Contains("out of range") &&
+                                              Catch::Contains("12") && Catch::Contains("10"));
+  cuda::synchronize(0);  // reported once, then cleared
+  // The bad row is zero, like eager's; the others are right.
+  const std::vector<float> loss = f.loss.cpu().to_vector<float>();
+  const std::vector<float> dx = f.dlogits.cpu().to_vector<float>();
+  CHECK(loss[1] == 0.f);
+  CHECK(loss[3] == 0.f);
+  for (int j = 0; j < 10; ++j) {
+    CHECK(dx[10 + j] == 0.f);
+    CHECK(dx[30 + j] == 0.f);
+  }
+  CHECK(loss[0] > 0.f);
+  const Tensor good = from_vector(std::vector<int64_t>{1, -5, 3, -100}, {4}).to(dev);
+  (void)fused_ce(logits, good, grad, -100, 0.0);
+  CHECK_THROWS_WITH(cuda::synchronize(0), Catch::Contains("-5"));
+}
+
+// ---- the lowerings on graphs ----------------------------------------------------------------
+
+namespace {
+
+// Lowers the graph's GEMM group as the executor would and runs it on these arguments.
+Tensor run_gemm_lowering(const Linear& l, const std::vector<Tensor>& args,
+                         GemmAutotuneInfo* tune = nullptr, std::string* describe = nullptr) {
+  const Graph& g = l.g;
+  const Group* grp = find_group(g, GroupKind::GemmEpilogue);
+  REQUIRE(grp);
+  const auto storage = gemm_lowering_storage(g, *grp);
+  REQUIRE(storage);
+  CHECK(*storage == GroupStorage::None);
+  std::vector<GroupStorage> st(g.groups.size(), GroupStorage::Materialize);
+  st[grp - g.groups.data()] = *storage;
+  const MemoryPlan plan = plan_memory(g, st);
+  const auto slots = make_slots(g, plan, args);
+  // The product and the biased sum are never stored.
+  const Node& mm = g.nodes[grp->nodes[0]];
+  CHECK(slots[mm.out]->storage == nullptr);
+  std::unique_ptr<LoweredGroup> low = lower_gemm_cuda({g, *grp, slots, plan});
+  REQUIRE(low);
+  CHECK(low->kernels() == 1);
+  low->run();
+  low->run();  // a replay rewrites the same values
+  if (tune) *tune = *gemm_autotune_info(*low);
+  if (describe) *describe = low->describe();
+  return Tensor(slots[l.out]);
+}
+
+}  // namespace
+
+TEST_CASE("lower_gemm_cuda: a Linear (+ ReLU) group runs as one cuBLASLt call like eager",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(31);
+  const struct {
+    int64_t m, k, n;
+  } shapes[] = {{64, 784, 512}, {64, 512, 10}, {7, 13, 5}, {1, 3, 17}, {129, 1, 33}};
+  for (const auto& s : shapes)
+    for (bool relu_on : {true, false})
+      for (bool xt : {false, true}) {
+        INFO("M=" << s.m << " K=" << s.k << " N=" << s.n << (relu_on ? " relu" : "")
+                  << (xt ? " x transposed" : ""));
+        const Tensor x = operand(s.m, s.k, xt, dev);
+        const Tensor w = randn({s.n, s.k}, dev), b = randn({s.n}, dev);
+        const Linear l = linear_graph(x, w, b, relu_on);
+        // A fresh argument at run time (other memory than the trace's): the lowering reads slots.
+        const Tensor x2 = operand(s.m, s.k, xt, dev);
+        const Tensor got = run_gemm_lowering(l, {x2});
+        const Tensor biased = add(mm(x2, w.t()), b);
+        check_close(host(got), host(relu_on ? relu(biased) : biased), 1e-5, gemm_atol(x2, w.t()),
+                    "lowered linear");
+      }
+}
+
+TEST_CASE("lower_gemm_cuda: autotuning picks an algorithm and stays correct", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(32);
+  struct Restore {
+    ~Restore() { set_gemm_autotune(false); }
+  } restore;
+  set_gemm_autotune(true);
+  // A shape no other test tuned (the winner is cached per problem).
+  const Tensor x = randn({48, 300}, dev), w = randn({200, 300}, dev), b = randn({200}, dev);
+  const Linear l = linear_graph(x, w, b, true);
+  GemmAutotuneInfo tune;
+  std::string describe;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Tensor got = run_gemm_lowering(l, {x}, &tune, &describe);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(describe << "; took " << secs << " s");
+  CHECK(secs < 1.0);
+  REQUIRE(tune.tuned);
+  CHECK(tune.algorithm >= 0);
+  CHECK(tune.algorithm < tune.candidates);
+  CHECK(tune.candidates <= 8);
+  CHECK(tune.microseconds > 0);
+  CHECK(!tune.algo.empty());
+  CHECK(describe.find("autotuned") != std::string::npos);
+  check_close(host(got), host(relu(add(mm(x, w.t()), b))), 1e-5, gemm_atol(x, w.t()),
+              "autotuned lowering");
+}
+
+TEST_CASE("lower_cross_entropy_cuda: the fused pair equals eager on a graph", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  manual_seed(33);
+  Graph g;
+  const Tensor logits = randn({64, 10}, dev);
+  const Tensor target = randint(0, 10, {64}, dev);
+  const ValueId x = g.add_input(logits, 0);
+  const ValueId t = g.add_input(target, 1);
+  const ValueId gr = g.add_input(randn({64}, dev), 2);
+  Attrs a;
+  a.label_smoothing = 0.05;
+  a.ignore_index = 3;
+  const ValueId l = g.append(OpId::cross_entropy, {x, t}, a);
+  const ValueId dx = g.append(OpId::cross_entropy_backward, {gr, x, t}, a);
+  g.outputs = {l, dx};
+  fuse(g);
+  const Group* grp = find_group(g, GroupKind::CrossEntropy);
+  REQUIRE(grp);
+  const auto storage = cross_entropy_lowering_storage(g, *grp);
+  REQUIRE(storage);
+  std::vector<GroupStorage> st(g.groups.size(), GroupStorage::Materialize);
+  const MemoryPlan plan = plan_memory(g, st);
+  // Arguments at run time other than the traced ones.
+  const Tensor x2 = randn({64, 10}, dev), t2 = randint(0, 10, {64}, dev), g2 = randn({64}, dev);
+  const auto slots = make_slots(g, plan, {x2, t2, g2});
+  std::unique_ptr<LoweredGroup> low = lower_cross_entropy_cuda({g, *grp, slots, plan});
+  REQUIRE(low);
+  CHECK(low->kernels() == 1);
+  low->run();
+  const CeRun e = eager_ce(x2, t2, g2, 3, 0.05);
+  check_ulps(Tensor(slots[l]), e.loss, "lowered loss");
+  check_ulps(Tensor(slots[dx]), e.dlogits, "lowered dlogits");
+}
+
+// ---- a whole training step --------------------------------------------------------------------
+
+namespace {
+
+struct StepNetImpl : nn::Module {
+  nn::Linear fc1{nullptr}, fc2{nullptr};
+  StepNetImpl() {
+    fc1 = register_module("fc1", nn::Linear(100, 256));
+    fc2 = register_module("fc2", nn::Linear(256, 10));
+  }
+  Tensor forward(const Tensor& x) { return fc2(relu(fc1(x))); }
+};
+EMBER_MODULE(StepNet);
+
+std::vector<std::string>& lines() {
+  static std::vector<std::string> l;
+  return l;
+}
+void keep_line(std::string_view s) { lines().emplace_back(s); }
+
+struct StepRun {
+  std::vector<double> losses;
+  std::vector<Tensor> params;
+};
+
+StepRun train_mlp(bool compiled, Mode mode) {
+  const Device dev = Device::cuda(0);
+  manual_seed(41);
+  StepNet net;
+  net->to(dev);
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  nn::CrossEntropyLoss crit;
+  auto body = [&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = crit(net(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto step = jit::compile(body, {.mode = mode, .fullgraph = true});
+  manual_seed(42);
+  StepRun r;
+  for (int i = 0; i < 20; ++i) {
+    const Tensor x = randn({64, 100}, dev), y = randint(0, 10, {64}, dev);
+    r.losses.push_back((compiled ? step(x, y) : body(x, y)).item<float>());
+  }
+  for (const Tensor& p : net->parameters()) r.params.push_back(p.detach().clone());
+  return r;
+}
+
+void compare_steps(const StepRun& c, const StepRun& e, const std::string& what) {
+  INFO(what);
+  REQUIRE(c.losses.size() == e.losses.size());
+  for (size_t i = 0; i < e.losses.size(); ++i) {
+    INFO("step " << i + 1 << ": compiled " << c.losses[i] << ", eager " << e.losses[i]);
+    CHECK(std::abs(c.losses[i] - e.losses[i]) <= 1e-5 * std::abs(e.losses[i]));
+  }
+  for (size_t i = 0; i < e.params.size(); ++i) {
+    const std::vector<double> ev = host(e.params[i]);
+    double scale = 0;
+    for (double v : ev) scale = std::max(scale, std::abs(v));
+    check_close(host(c.params[i]), ev, 1e-5, std::vector<double>(ev.size(), 1e-5 * scale),
+                what + ": parameter " + std::to_string(i));
+  }
+  CHECK(e.losses.back() != e.losses.front());
+}
+
+}  // namespace
+
+TEST_CASE("gemm and cross-entropy lowerings: a compiled MLP step matches eager for 20 steps",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const StepRun eager = train_mlp(false, Mode::Default);
+  struct Restore {
+    unsigned prev;
+    ~Restore() {
+      set_log_mask(prev);
+      set_log_sink(nullptr);
+      set_gemm_autotune(false);
+    }
+  } restore{set_log_mask(static_cast<unsigned>(Log::code) | static_cast<unsigned>(Log::autotune))};
+  set_log_sink(&keep_line);
+  auto count = [](std::string_view needle) {
+    int n = 0;
+    for (const std::string& l : lines()) n += l.find(needle) != std::string::npos;
+    return n;
+  };
+  for (Mode mode : {Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune}) {
+    const char* name = mode == Mode::Default          ? "Default"
+                       : mode == Mode::ReduceOverhead ? "ReduceOverhead"
+                                                      : "MaxAutotune";
+    lines().clear();
+    set_gemm_autotune(mode == Mode::MaxAutotune);
+    const StepRun compiled = train_mlp(true, mode);
+    std::string all;
+    for (const std::string& l : lines()) all += l + "\n";
+    INFO(name << " mode; logs:\n" << all);
+    compare_steps(compiled, eager, name);
+    // The lowerings were in use: both layers' GEMMs and the loss pair.
+    CHECK(count("gemm lowering: cuBLASLt mm") >= 2);
+    CHECK(count("RELU_BIAS") >= 1);
+    CHECK(count("cross-entropy lowering") >= 1);
+    if (mode == Mode::MaxAutotune) CHECK(count("picked #") >= 2);
+  }
+}
+
+#endif  // EMBER_WITH_CUDA
