@@ -13,8 +13,12 @@ rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped\)" "$out/ctest.log" | tail -25
 echo "== example batch 64"
 "$build/examples/mlp" --steps 500 --log-every 500 >"$out/mlp64.txt" 2>&1; tail -6 "$out/mlp64.txt"
+echo "== jit logs (perf, cache, autotune, fusion) for one short compiled run"
+EMBER_LOGS=perf,cache,autotune,fusion "$build/bench/mlp_step" --modes default,max-autotune \
+  --batches 64 --steps 10 --repeats 2 --warmup 5 >"$out/jit_logs.txt" 2>&1
+grep -E "lowered|group|graph|autotune|not used|fallback" "$out/jit_logs.txt" | head -20
 echo "== bench mlp_step"
-"$build/bench/mlp_step" --modes eager,default,reduce-overhead --json "$out/mlp_step.json" "$@" \
+"$build/bench/mlp_step" --modes eager,default,reduce-overhead,max-autotune --json "$out/mlp_step.json" "$@" \
   >"$out/mlp_step.txt" 2>&1
-tail -14 "$out/mlp_step.txt"
+tail -17 "$out/mlp_step.txt"
 exit $rc
