@@ -63,7 +63,7 @@ struct Config {
 struct Result {
   std::string mode;
   int64_t batch = 0;
-  double first_ms = 0;  // eager: the first step; compiled: until the first replay
+  double first_ms = 0;            // eager: the first step; compiled: until the first replay
   double us_per_step = 0;         // median over samples of the sample's mean
   double us_min = 0, us_max = 0;  // fastest and slowest sample
   double us_step_median = 0;      // median single step over all samples
@@ -249,8 +249,7 @@ int main(int argc, char** argv) {
         std::printf("%-16s %-7lld %10.1f %10.1f %20s %13.2f %11s %10.4f %10s\n", mode.c_str(),
                     static_cast<long long>(batch), r.us_per_step, 1e6 / r.us_per_step,
                     (fmt("%.1f", r.us_min) + " .. " + fmt("%.1f", r.us_max)).c_str(), r.first_ms,
-                    peak.c_str(), r.last_loss,
-                    std::isnan(rel) ? "n/a" : fmt("%.1e", rel).c_str());
+                    peak.c_str(), r.last_loss, std::isnan(rel) ? "n/a" : fmt("%.1e", rel).c_str());
         std::fflush(stdout);
         json row = {{"mode", mode},
                     {"batch", batch},

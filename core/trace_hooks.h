@@ -15,8 +15,8 @@ struct TraceHooks {
   // The host wrote bytes into the fresh CPU tensor `t` (from_blob_copy, wrap_scalar).
   void (*on_host_data)(const Tensor& t) = nullptr;
   // The host is about to read the data of `t` (`what`: item, to_vector, data_ptr, to(cpu)).
-  void (*on_host_read)(const Tensor& t, const char* what, const std::source_location& where) =
-      nullptr;
+  void (*on_host_read)(const Tensor& t, const char* what,
+                       const std::source_location& where) = nullptr;
   // `param`'s .grad slot now holds `grad` (undefined: cleared).
   void (*on_grad_set)(const Tensor& param, const Tensor& grad) = nullptr;
 };

@@ -116,8 +116,8 @@ RunResult train(const Config& cfg, bool compiled) {
               static_cast<long long>(timed), seconds, timed / seconds, r.us_per_step);
   if (compiled) {
     const jit::CompileStats& st = compiled_step.stats();
-    std::printf("jit: %d traced calls, %d executable(s), %d replays, %d graph breaks\n",
-                st.traces, st.executables, st.replays, st.graph_breaks);
+    std::printf("jit: %d traced calls, %d executable(s), %d replays, %d graph breaks\n", st.traces,
+                st.executables, st.replays, st.graph_breaks);
   }
   return r;
 }
@@ -159,8 +159,9 @@ int main(int argc, char** argv) {
                          std::max(1e-30, static_cast<double>(std::fabs(eager.final_loss)));
       std::printf("compiled is %.2fx eager; final losses differ by %.2e relative\n",
                   eager.us_per_step / compiled.us_per_step, rel);
-      std::printf("(compiled \"first step\": wall time until the step replays from its "
-                  "executable, traced warm-up calls included)\n");
+      std::printf(
+          "(compiled \"first step\": wall time until the step replays from its "
+          "executable, traced warm-up calls included)\n");
     }
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";

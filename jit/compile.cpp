@@ -15,8 +15,8 @@
 #include "jit/dynamic.h"
 #include "jit/executor.h"
 #include "jit/fingerprint.h"
-#include "jit/lower.h"
 #include "jit/log.h"
+#include "jit/lower.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
 
@@ -78,7 +78,8 @@ int32_t alias_of(std::span<const Tensor> t, size_t i) {
 }
 
 bool matches(const Entry& e, std::span<const Tensor> t, const PlainKey& plain, bool grad_mode) {
-  if (e.args.size() != t.size() || e.grad_mode != grad_mode || e.plain.size != plain.size) return false;
+  if (e.args.size() != t.size() || e.grad_mode != grad_mode || e.plain.size != plain.size)
+    return false;
   if (std::memcmp(e.plain.bytes.data(), plain.bytes.data(), plain.size) != 0) return false;
   for (size_t i = 0; i < t.size(); ++i) {
     const ArgSig& a = e.args[i];
@@ -104,7 +105,9 @@ bool matches(const Entry& e, std::span<const Tensor> t, const PlainKey& plain, b
 std::string describe_miss(const Entry& e, std::span<const Tensor> t, const PlainKey& plain,
                           bool grad_mode) {
   std::ostringstream os;
-  if (e.grad_mode != grad_mode) return std::string("grad mode: ") + (e.grad_mode ? "on" : "off") + " -> " + (grad_mode ? "on" : "off");
+  if (e.grad_mode != grad_mode)
+    return std::string("grad mode: ") + (e.grad_mode ? "on" : "off") + " -> " +
+           (grad_mode ? "on" : "off");
   if (e.args.size() != t.size()) return "number of tensor arguments changed";
   for (size_t i = 0; i < t.size(); ++i) {
     const ArgSig& a = e.args[i];
@@ -131,8 +134,7 @@ std::string describe_miss(const Entry& e, std::span<const Tensor> t, const Plain
       return os.str();
     }
     if (a.requires_grad != x.requires_grad()) {
-      os << "input " << i << " requires_grad: " << a.requires_grad << " -> "
-         << x.requires_grad();
+      os << "input " << i << " requires_grad: " << a.requires_grad << " -> " << x.requires_grad();
       return os.str();
     }
     if (a.alias != alias_of(t, i)) {
@@ -174,8 +176,8 @@ struct CompiledCore::Impl {
     e.eager_reason = why;
     e.prev.reset();
     ++stats.graph_breaks;
-    log(Log::graph_breaks, options.name + ": graph break: " + why +
-                               "; this signature runs eagerly from now on");
+    log(Log::graph_breaks,
+        options.name + ": graph break: " + why + "; this signature runs eagerly from now on");
   }
 
   void build(Entry& e, Graph g) {
@@ -188,7 +190,8 @@ struct CompiledCore::Impl {
       for (const PassReport& r : reports)
         os << " " << r.pass << " " << r.nodes_before << "->" << r.nodes_after;
       os << "; " << g.groups.size() << " fused groups";
-      for (const Group& grp : g.groups) os << " [" << group_kind_name(grp.kind) << " x" << grp.nodes.size() << "]";
+      for (const Group& grp : g.groups)
+        os << " [" << group_kind_name(grp.kind) << " x" << grp.nodes.size() << "]";
       log(Log::fusion, os.str());
     }
     last_graph = g.str();
@@ -272,8 +275,8 @@ struct CompiledCore::Impl {
       } catch (const Error& err) {
         // These sizes do not fit what the two traces showed (e.g. a size that only works for
         // some values): trace them as a signature of their own.
-        log(Log::recompiles, options.name + ": dynamic: sizes do not fit the template (" +
-                                 err.what() + ")");
+        log(Log::recompiles,
+            options.name + ": dynamic: sizes do not fit the template (" + err.what() + ")");
         return TemplateRun::Disagree;
       }
       optimize(g);
@@ -366,8 +369,7 @@ struct CompiledCore::Impl {
         e.tmpl = std::make_unique<SymbolicTemplate>(std::move(*t));
         e.prev.reset();
         ++stats.executables;
-        log(Log::recompiles,
-            options.name + ": dynamic: one executable for " + e.tmpl->describe());
+        log(Log::recompiles, options.name + ": dynamic: one executable for " + e.tmpl->describe());
         return;
       }
       log(Log::recompiles, options.name + ": dynamic: cannot generalize yet (" + why + ")");
@@ -441,8 +443,9 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
   if (e && e->state == Entry::State::Compiled) {
     std::string stale = e->exec->stale_reason();
     if (stale.empty() && e->epoch != config_epoch())
-      stale = "host configuration changed since the trace (a module's train()/eval(), or an "
-              "optimizer's parameters or structural options)";
+      stale =
+          "host configuration changed since the trace (a module's train()/eval(), or an "
+          "optimizer's parameters or structural options)";
     if (stale.empty()) {
       m.last = e;
       e->exec->run(tensors, outputs);

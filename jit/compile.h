@@ -47,24 +47,24 @@ struct Options {
 
 // What a compiled function did so far.
 struct CompileStats {
-  int traces = 0;       // eager runs under the tracer
-  int executables = 0;  // executables built
-  int recompiles = 0;   // signature misses after the first signature
-  int replays = 0;      // calls served by an executable
+  int traces = 0;         // eager runs under the tracer
+  int executables = 0;    // executables built
+  int recompiles = 0;     // signature misses after the first signature
+  int replays = 0;        // calls served by an executable
   int graph_replays = 0;  // of those, launched as one captured CUDA graph
-  int eager_calls = 0;  // calls run eagerly (breaks, past the limit)
+  int eager_calls = 0;    // calls run eagerly (breaks, past the limit)
   int graph_breaks = 0;
 };
 
 // What jit::explain found: the graph before and after the passes, breaks, fusion, memory.
 struct Explanation {
-  bool captured = false;             // false: the function breaks (see breaks)
-  std::vector<std::string> breaks;   // "item: reads tensor data ... (at file:line)"
-  std::string traced_graph;          // text dump before the passes
-  std::string optimized_graph;       // after them (fused groups marked)
-  std::string dot;                   // Graphviz of the optimized graph
-  std::vector<std::string> passes;   // "dce: 120 -> 96 nodes"
-  std::vector<std::string> groups;   // "pointwise: 3 nodes (relu, mul, add)"
+  bool captured = false;               // false: the function breaks (see breaks)
+  std::vector<std::string> breaks;     // "item: reads tensor data ... (at file:line)"
+  std::string traced_graph;            // text dump before the passes
+  std::string optimized_graph;         // after them (fused groups marked)
+  std::string dot;                     // Graphviz of the optimized graph
+  std::vector<std::string> passes;     // "dce: 120 -> 96 nodes"
+  std::vector<std::string> groups;     // "pointwise: 3 nodes (relu, mul, add)"
   std::vector<std::string> lowerings;  // how fused groups run on the device (CUDA)
   int32_t nodes_traced = 0, nodes_optimized = 0;
   int32_t kernels_per_replay = 0;
@@ -145,9 +145,8 @@ R unflatten_result(std::vector<Tensor>& v) {
   } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
     return std::move(v);
   } else {
-    return [&]<size_t... I>(std::index_sequence<I...>) {
-      return R{std::move(v.at(I))...};
-    }(std::make_index_sequence<std::tuple_size_v<R>>{});
+    return [&]<size_t... I>(std::index_sequence<I...>) { return R{std::move(v.at(I))...}; }
+    (std::make_index_sequence<std::tuple_size_v<R>>{});
   }
 }
 

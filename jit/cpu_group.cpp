@@ -74,7 +74,7 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
           mean_scale_ = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
           scale_ = wrap_scalar(mean_scale_, g.values[n.out].dtype);
         }
-        combine_op_ = n.op == OpId::amax ? OpId::maximum
+        combine_op_ = n.op == OpId::amax   ? OpId::maximum
                       : n.op == OpId::amin ? OpId::minimum
                                            : OpId::add;
         reduce_out_ = Tensor(slots[n.out]);
@@ -109,9 +109,9 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
   // One scratch block: a chunk-sized buffer per unstored intermediate (8 bytes per element
   // covers every dtype and keeps each buffer aligned).
   const int64_t slot_bytes = ((chunk_elems * 8 + 255) / 256) * 256;
-  scratch_ = std::make_shared<Storage>(static_cast<size_t>(std::max<int64_t>(1, scratch_slots) *
-                                                           slot_bytes),
-                                       Device::cpu(), allocator_for(Device::cpu()));
+  scratch_ = std::make_shared<Storage>(
+      static_cast<size_t>(std::max<int64_t>(1, scratch_slots) * slot_bytes), Device::cpu(),
+      allocator_for(Device::cpu()));
   for (Chunked& c : chunked_) {
     if (c.full) continue;
     const int64_t esize = element_size(c.chunk->dtype);

@@ -22,7 +22,7 @@ class CpuGroupRunner {
   static constexpr int64_t kChunkElems = 8192;
 
  private:
-  struct Chunked {  // a tensor seen one chunk of rows at a time
+  struct Chunked {                      // a tensor seen one chunk of rows at a time
     std::shared_ptr<TensorImpl> full;   // null for scratch
     std::shared_ptr<TensorImpl> chunk;  // re-pointed at each chunk
     int64_t row_stride = 0;             // elements between rows (0: not sliced, e.g. broadcast)
@@ -49,7 +49,7 @@ class CpuGroupRunner {
   Tensor reduce_in_;   // chunk view of the reduction's input
   Tensor reduce_out_;  // the full output, or its row chunk when rows are not reduced
   int32_t reduce_out_chunk_ = -1;
-  Tensor partial_;     // scratch for one chunk's partial result (reduce_rows_)
+  Tensor partial_;         // scratch for one chunk's partial result (reduce_rows_)
   double mean_scale_ = 0;  // mean over rows: sum the chunks, then scale
   Tensor scale_;
 };

@@ -37,7 +37,8 @@ struct Finder {
   // k with ea = k*a and eb = k*b for some symbol; false when none.
   bool linear(double ea, double eb, double& k, int32_t& sym) const {
     for (size_t s = 0; s < pairs.size(); ++s) {
-      const double a = static_cast<double>(pairs[s].first), b = static_cast<double>(pairs[s].second);
+      const double a = static_cast<double>(pairs[s].first),
+                   b = static_cast<double>(pairs[s].second);
       if (a == 0 || b == 0) continue;
       const double ka = ea / a, kb = eb / b;
       if (ka == kb && std::floor(ka) == ka) {
@@ -64,8 +65,7 @@ std::string SymbolicTemplate::describe() const {
 }
 
 std::optional<SymbolicTemplate> generalize(const Graph& a, const Graph& b,
-                                           const std::vector<uint16_t>& allowed,
-                                           std::string* why) {
+                                           const std::vector<uint16_t>& allowed, std::string* why) {
   auto fail = [&](std::string w) -> std::optional<SymbolicTemplate> {
     if (why) *why = std::move(w);
     return std::nullopt;
@@ -83,8 +83,7 @@ std::optional<SymbolicTemplate> generalize(const Graph& a, const Graph& b,
     for (int d = 0; d < va.shape.size(); ++d) {
       if (va.shape[d] == vb.shape[d]) continue;
       if (i >= allowed.size() || !(allowed[i] >> d & 1))
-        return fail("input " + std::to_string(i) + " dim " + std::to_string(d) +
-                    " is not dynamic");
+        return fail("input " + std::to_string(i) + " dim " + std::to_string(d) + " is not dynamic");
       const std::pair<int64_t, int64_t> p{va.shape[d], vb.shape[d]};
       size_t s = 0;
       while (s < pairs.size() && pairs[s] != p) ++s;
@@ -109,8 +108,8 @@ std::optional<SymbolicTemplate> generalize(const Graph& a, const Graph& b,
   for (size_t i = 0; i < a.nodes.size(); ++i) {
     const Node& na = a.nodes[i];
     const Node& nb = b.nodes[i];
-    if (na.op != nb.op || na.inputs != nb.inputs || na.out != nb.out ||
-        na.inplace != nb.inplace || na.inplace_of != nb.inplace_of ||
+    if (na.op != nb.op || na.inputs != nb.inputs || na.out != nb.out || na.inplace != nb.inplace ||
+        na.inplace_of != nb.inplace_of ||
         attrs_bytes(sizeless(na.attrs)) != attrs_bytes(sizeless(nb.attrs)))
       return fail("op " + std::to_string(i) + " (" + std::string(op_name(nb.op)) + ") differs");
     auto field = [&](double ea, double eb, Field f, int32_t index) {
@@ -131,8 +130,8 @@ std::optional<SymbolicTemplate> generalize(const Graph& a, const Graph& b,
                  Field::Shape, d);
     ok = ok && field(static_cast<double>(na.attrs.start), static_cast<double>(nb.attrs.start),
                      Field::Start, 0);
-    ok = ok && field(static_cast<double>(na.attrs.end), static_cast<double>(nb.attrs.end),
-                     Field::End, 0);
+    ok = ok &&
+         field(static_cast<double>(na.attrs.end), static_cast<double>(nb.attrs.end), Field::End, 0);
     ok = ok && field(na.attrs.range_start, nb.attrs.range_start, Field::RangeStart, 0);
     ok = ok && field(na.attrs.range_end, nb.attrs.range_end, Field::RangeEnd, 0);
     if (!ok)
@@ -218,12 +217,23 @@ Graph instantiate(const SymbolicTemplate& t, std::span<const Tensor> args,
     Attrs& a = g.nodes[p.node].attrs;
     const double v = p.k * s;
     switch (p.field) {
-      case Field::Shape: a.shape[p.index] = static_cast<int64_t>(v); break;
-      case Field::Start: a.start = static_cast<int64_t>(v); break;
-      case Field::End: a.end = static_cast<int64_t>(v); break;
-      case Field::RangeStart: a.range_start = v; break;
-      case Field::RangeEnd: a.range_end = v; break;
-      case Field::Constant: break;
+      case Field::Shape:
+        a.shape[p.index] = static_cast<int64_t>(v);
+        break;
+      case Field::Start:
+        a.start = static_cast<int64_t>(v);
+        break;
+      case Field::End:
+        a.end = static_cast<int64_t>(v);
+        break;
+      case Field::RangeStart:
+        a.range_start = v;
+        break;
+      case Field::RangeEnd:
+        a.range_end = v;
+        break;
+      case Field::Constant:
+        break;
     }
   }
   for (size_t i = 0; i < g.inputs.size(); ++i) {

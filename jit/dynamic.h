@@ -25,8 +25,8 @@ struct SymbolicTemplate {
   struct Patch {
     int32_t node = -1;  // or the constant's slot for Field::Constant
     Field field = Field::Shape;
-    int32_t index = 0;     // shape entry
-    double k = 0;          // value = k * s, or k / s for a reciprocal constant
+    int32_t index = 0;  // shape entry
+    double k = 0;       // value = k * s, or k / s for a reciprocal constant
     bool reciprocal = false;
     int32_t symbol = 0;
   };

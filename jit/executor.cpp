@@ -43,8 +43,7 @@ bool computes_on_cuda(const Graph& g) {
 
 }  // namespace
 
-Executor::Executor(Graph graph, ExecutorOptions options)
-    : g_(std::move(graph)), options_(options) {
+Executor::Executor(Graph graph, ExecutorOptions options) : g_(std::move(graph)), options_(options) {
   // CPU groups run chunked; CUDA groups run lowered where a lowering exists, else op by op.
   const bool cuda = computes_on_cuda(g_);
   std::vector<GroupStorage> storage = default_group_storage(g_, cuda);
@@ -124,9 +123,15 @@ void Executor::build_slots() {
     const Value& v = g_.values[i];
     if (v.root == id) {
       switch (v.kind) {
-        case ValueKind::State: slots_[i] = g_.state[v.slot].impl_ptr(); break;
-        case ValueKind::Constant: slots_[i] = g_.constants[v.slot].impl_ptr(); break;
-        case ValueKind::Input: slots_[i] = impl_for(v); break;
+        case ValueKind::State:
+          slots_[i] = g_.state[v.slot].impl_ptr();
+          break;
+        case ValueKind::Constant:
+          slots_[i] = g_.constants[v.slot].impl_ptr();
+          break;
+        case ValueKind::Input:
+          slots_[i] = impl_for(v);
+          break;
         case ValueKind::Node: {
           slots_[i] = impl_for(v);
           if (plan_.arena_of[i] >= 0) {
@@ -228,9 +233,9 @@ void Executor::build_steps() {
     if (kind == OpKind::Random) {
       s.kind = StepKind::Random;
       s.rng_delta = n.attrs.offset;
-      rng_counters_ =
-          std::max(rng_counters_, n.attrs.offset + philox::counters_for(static_cast<uint64_t>(
-                                                       g_.values[n.out].numel())));
+      rng_counters_ = std::max(
+          rng_counters_,
+          n.attrs.offset + philox::counters_for(static_cast<uint64_t>(g_.values[n.out].numel())));
     } else if (kind == OpKind::Transfer) {
       s.kind = StepKind::Transfer;
     } else if (kind == OpKind::MultiTensor) {
@@ -263,8 +268,7 @@ std::string Executor::stale_reason() const {
       return "state " + std::to_string(i) + " (shape " + t.sizes.str() +
              ") now lives in other memory (moved or reallocated)";
     if (g_.state[i].requires_grad() != state_requires_grad_[i])
-      return "state " + std::to_string(i) + " (shape " + t.sizes.str() +
-             ") changed requires_grad";
+      return "state " + std::to_string(i) + " (shape " + t.sizes.str() + ") changed requires_grad";
   }
   return {};
 }
@@ -281,7 +285,9 @@ void Executor::run_steps(bool capturing) {
   for (Step& s : steps_) {
     switch (s.kind) {
       case StepKind::Kernel:
-      case StepKind::Update: run_kernel({s.op, s.args, s.attrs, s.out}, s.device); break;
+      case StepKind::Update:
+        run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
+        break;
       case StepKind::Random:
         if (s.attrs.rng_state == nullptr) {
           s.attrs.seed = rng_seed;
@@ -289,9 +295,15 @@ void Executor::run_steps(bool capturing) {
         }
         run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
         break;
-      case StepKind::Transfer: run_transfer(s.args[0], s.out); break;
-      case StepKind::CpuGroup: cpu_groups_[s.cpu_group]->run(); break;
-      case StepKind::Lowered: lowered_[s.cpu_group]->run(); break;
+      case StepKind::Transfer:
+        run_transfer(s.args[0], s.out);
+        break;
+      case StepKind::CpuGroup:
+        cpu_groups_[s.cpu_group]->run();
+        break;
+      case StepKind::Lowered:
+        lowered_[s.cpu_group]->run();
+        break;
     }
   }
 }

@@ -23,8 +23,8 @@ struct ExecutorOptions {
 };
 
 struct ExecutorStats {
-  int32_t steps = 0;            // units launched per replay
-  int32_t kernels = 0;          // device kernels per replay (CUDA) or kernel calls (CPU)
+  int32_t steps = 0;    // units launched per replay
+  int32_t kernels = 0;  // device kernels per replay (CUDA) or kernel calls (CPU)
   int32_t cpu_chunked_groups = 0;
   int64_t arena_bytes = 0;
   int64_t graph_nodes = 0;  // nodes of the captured CUDA graph (0: not captured)

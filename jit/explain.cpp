@@ -38,7 +38,8 @@ Explanation explain_call(std::span<const Tensor> tensors, EagerCall eager, void*
   Graph g;
   {
     Tracer tracer(false);
-    for (size_t i = 0; i < tensors.size(); ++i) tracer.add_input(tensors[i], static_cast<int32_t>(i));
+    for (size_t i = 0; i < tensors.size(); ++i)
+      tracer.add_input(tensors[i], static_cast<int32_t>(i));
     eager(ctx, outputs);
     tracer.finish(outputs);
     if (tracer.broken()) {

@@ -152,9 +152,9 @@ std::string first_difference(const Graph& a, const Graph& b) {
     if (wa.s != wb.s)
       return "value %" + std::to_string(i) + " (" + value_kind_name(b.values[i].kind) +
              ") has another layout or origin: " + value_type_str(a.values[i]) + " strides " +
-             a.values[i].strides.str() + " offset " + std::to_string(a.values[i].offset) +
-             " vs " + value_type_str(b.values[i]) + " strides " + b.values[i].strides.str() +
-             " offset " + std::to_string(b.values[i].offset);
+             a.values[i].strides.str() + " offset " + std::to_string(a.values[i].offset) + " vs " +
+             value_type_str(b.values[i]) + " strides " + b.values[i].strides.str() + " offset " +
+             std::to_string(b.values[i].offset);
   }
   if (fingerprint(a) != fingerprint(b)) return "its inputs, outputs or gradient effects differ";
   return {};

@@ -8,20 +8,28 @@ namespace ember::jit {
 
 const char* value_kind_name(ValueKind k) {
   switch (k) {
-    case ValueKind::Input: return "input";
-    case ValueKind::State: return "state";
-    case ValueKind::Constant: return "const";
-    case ValueKind::Node: return "node";
+    case ValueKind::Input:
+      return "input";
+    case ValueKind::State:
+      return "state";
+    case ValueKind::Constant:
+      return "const";
+    case ValueKind::Node:
+      return "node";
   }
   return "?";
 }
 
 const char* group_kind_name(GroupKind k) {
   switch (k) {
-    case GroupKind::Pointwise: return "pointwise";
-    case GroupKind::Reduction: return "reduction";
-    case GroupKind::GemmEpilogue: return "gemm_epilogue";
-    case GroupKind::CrossEntropy: return "cross_entropy";
+    case GroupKind::Pointwise:
+      return "pointwise";
+    case GroupKind::Reduction:
+      return "reduction";
+    case GroupKind::GemmEpilogue:
+      return "gemm_epilogue";
+    case GroupKind::CrossEntropy:
+      return "cross_entropy";
   }
   return "?";
 }
@@ -83,8 +91,8 @@ Tensor Graph::meta_tensor(ValueId id) const {
   impl->offset = v.offset;
   impl->dtype = v.dtype;
   impl->device = v.device;
-  impl->wrapped_number = v.kind == ValueKind::Constant && v.shape.empty() &&
-                         constants[v.slot].impl()->wrapped_number;
+  impl->wrapped_number =
+      v.kind == ValueKind::Constant && v.shape.empty() && constants[v.slot].impl()->wrapped_number;
   return Tensor(std::move(impl));
 }
 
@@ -195,16 +203,23 @@ void print_attrs(std::ostream& os, const Node& n) {
       else
         os << " shape=" << a.shape;
       break;
-    case OpKind::Nullary: os << " value=" << a.value.to_double(); break;
+    case OpKind::Nullary:
+      os << " value=" << a.value.to_double();
+      break;
     case OpKind::Softmax:
     case OpKind::Cat:
-    case OpKind::Index: os << " dim=" << a.dim; break;
-    case OpKind::Random: os << " shape=" << a.shape; break;
+    case OpKind::Index:
+      os << " dim=" << a.dim;
+      break;
+    case OpKind::Random:
+      os << " shape=" << a.shape;
+      break;
     case OpKind::MultiTensor:
       os << " n=" << a.num_tensors << (a.nesterov ? " nesterov" : "")
          << (a.momentum_buffers ? " momentum" : "");
       break;
-    default: break;
+    default:
+      break;
   }
   if (n.op == OpId::cast) os << " to=" << dtype_name(a.dtype);
   if (n.op == OpId::to_device) os << " to=" << a.device.str();
@@ -256,7 +271,8 @@ std::string Graph::dot() const {
     const Value& v = values[i];
     if (v.kind != ValueKind::Node && v.root == (ValueId)i)
       os << "  v" << i << " [shape=ellipse, label=\"" << value_kind_name(v.kind) << " " << v.slot
-         << "\\n" << value_type_str(v) << "\"];\n";
+         << "\\n"
+         << value_type_str(v) << "\"];\n";
   }
   auto node_label = [&](size_t i) {
     const Node& n = nodes[i];
@@ -266,9 +282,10 @@ std::string Graph::dot() const {
     return l.str();
   };
   for (size_t g = 0; g < groups.size(); ++g) {
-    os << "  subgraph cluster_" << g << " {\n    label=\"" << group_kind_name(groups[g].kind)
-       << " " << g << "\"; style=rounded; color=blue;\n";
-    for (int32_t i : groups[g].nodes) os << "    n" << i << " [label=\"" << node_label(i) << "\"];\n";
+    os << "  subgraph cluster_" << g << " {\n    label=\"" << group_kind_name(groups[g].kind) << " "
+       << g << "\"; style=rounded; color=blue;\n";
+    for (int32_t i : groups[g].nodes)
+      os << "    n" << i << " [label=\"" << node_label(i) << "\"];\n";
     os << "  }\n";
   }
   for (size_t i = 0; i < nodes.size(); ++i)

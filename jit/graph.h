@@ -49,7 +49,7 @@ struct Node {
   ValueId out = kNoValue;
   bool inplace = false;
   ValueId inplace_of = kNoValue;  // in place: the value whose memory (and layout) it writes
-  int32_t group = -1;  // fusion group (set by the fusion pass)
+  int32_t group = -1;             // fusion group (set by the fusion pass)
 };
 
 // A fused region the executor runs as one unit.
@@ -78,9 +78,9 @@ struct GradEffect {
 struct Graph {
   std::vector<Value> values;
   std::vector<Node> nodes;
-  std::vector<ValueId> inputs;   // per function argument tensor, in order
-  std::vector<ValueId> outputs;  // what the function returned, in order
-  std::vector<Tensor> state;     // by identity; Value::slot indexes this
+  std::vector<ValueId> inputs;    // per function argument tensor, in order
+  std::vector<ValueId> outputs;   // what the function returned, in order
+  std::vector<Tensor> state;      // by identity; Value::slot indexes this
   std::vector<Tensor> constants;  // frozen host data; Value::slot indexes this
   std::vector<GradEffect> grad_effects;
   std::vector<Group> groups;

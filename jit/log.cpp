@@ -10,14 +10,22 @@ namespace {
 
 const char* name_of(Log l) {
   switch (l) {
-    case Log::graph_breaks: return "graph_breaks";
-    case Log::recompiles: return "recompiles";
-    case Log::graph: return "graph";
-    case Log::fusion: return "fusion";
-    case Log::code: return "code";
-    case Log::cache: return "cache";
-    case Log::autotune: return "autotune";
-    case Log::perf: return "perf";
+    case Log::graph_breaks:
+      return "graph_breaks";
+    case Log::recompiles:
+      return "recompiles";
+    case Log::graph:
+      return "graph";
+    case Log::fusion:
+      return "fusion";
+    case Log::code:
+      return "code";
+    case Log::cache:
+      return "cache";
+    case Log::autotune:
+      return "autotune";
+    case Log::perf:
+      return "perf";
   }
   return "?";
 }

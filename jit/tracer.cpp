@@ -99,7 +99,8 @@ void Tracer::bind(const Tensor& t, ValueId v) {
   known_[t.impl()] = Known{t.impl_ptr(), v};
   fresh_.erase(t.impl());
   const Value& val = graph_.values[v];
-  if (val.root == v && t.impl()->storage) roots_[t.impl()->storage.get()] = Root{t.impl()->storage, v};
+  if (val.root == v && t.impl()->storage)
+    roots_[t.impl()->storage.get()] = Root{t.impl()->storage, v};
 }
 
 bool Tracer::is_fresh(const Tensor& t) const {

@@ -55,14 +55,14 @@ ValueId transposed(Graph& g, ValueId v, std::vector<Node>& inserts) {
 // contiguous(transpose(mm(A, B))) -- how autograd hands a Linear weight its gradient -- is
 // mm(B^T, A^T): one GEMM with transposed operands instead of a GEMM plus a transposing copy.
 // Only when the product and its transpose are read by nothing else and nothing writes them.
-bool fold_transposed_product(Graph& g, size_t i,
-                             const std::vector<std::vector<int32_t>>& consumers,
+bool fold_transposed_product(Graph& g, size_t i, const std::vector<std::vector<int32_t>>& consumers,
                              const std::vector<int64_t>& last_write,
                              std::vector<std::vector<Node>>& inserts) {
   Node& n = g.nodes[i];
   const ValueId v = n.inputs[0];
   const int32_t pv = g.values[v].producer;
-  if (pv < 0 || g.nodes[pv].op != OpId::permute || g.nodes[pv].attrs.dims != Dims{1, 0}) return false;
+  if (pv < 0 || g.nodes[pv].op != OpId::permute || g.nodes[pv].attrs.dims != Dims{1, 0})
+    return false;
   const ValueId m = g.nodes[pv].inputs[0];
   const int32_t pm = g.values[m].producer;
   if (pm < 0 || g.nodes[pm].op != OpId::mm || g.nodes[pm].inplace) return false;

@@ -135,9 +135,15 @@ std::vector<GroupStorage> default_group_storage(const Graph& g, bool materialize
   for (size_t i = 0; i < g.groups.size(); ++i) {
     switch (g.groups[i].kind) {
       case GroupKind::Pointwise:
-      case GroupKind::Reduction: out[i] = GroupStorage::None; break;
-      case GroupKind::GemmEpilogue: out[i] = GroupStorage::Tail; break;
-      case GroupKind::CrossEntropy: out[i] = GroupStorage::Materialize; break;
+      case GroupKind::Reduction:
+        out[i] = GroupStorage::None;
+        break;
+      case GroupKind::GemmEpilogue:
+        out[i] = GroupStorage::Tail;
+        break;
+      case GroupKind::CrossEntropy:
+        out[i] = GroupStorage::Materialize;
+        break;
     }
   }
   return out;

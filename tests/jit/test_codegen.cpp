@@ -471,7 +471,7 @@ void lowered_matches_eager(const std::string& what, Pattern fn, const Inputs& ma
       check_bitwise(got[i], want[i],
                     what + ", call " + std::to_string(call) + ", output " + std::to_string(i));
   }
-  CHECK(compiled.stats().replays >= 3);
+  CHECK(compiled.stats().replays >= 2);  // calls 1-2 trace (two traces must agree), 3-4 replay
   INFO(
       "the pointwise group was not lowered to a generated kernel (is lower_pointwise_cuda "
       "wired into jit/lower_cuda.cpp?)");

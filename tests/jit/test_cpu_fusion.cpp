@@ -1,7 +1,7 @@
 // CPU execution of fused groups chunk by chunk, checked against eager on shapes that span many
 // chunks (rows reduced across chunks, rows longer than a chunk), and jit::explain's report.
-#include <catch2/catch.hpp>
 #include <ember/ember.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 

@@ -105,8 +105,9 @@ TEST_CASE("jit: ReduceOverhead replays a CUDA graph that matches eager exactly",
     for (double dropout : {0.0, 0.25}) {
       const Run eager = train(false, jit::Mode::Default, momentum, dropout, steps);
       const Run graph = train(true, jit::Mode::ReduceOverhead, momentum, dropout, steps);
-      compare(eager, graph, momentum > 0 ? (dropout > 0 ? "nesterov + dropout" : "nesterov")
-                                         : (dropout > 0 ? "dropout" : "plain"));
+      compare(eager, graph,
+              momentum > 0 ? (dropout > 0 ? "nesterov + dropout" : "nesterov")
+                           : (dropout > 0 ? "dropout" : "plain"));
       CHECK(graph.stats.executables == 1);
       CHECK(graph.stats.graph_breaks == 0);
       // Calls 1-3 trace, call 4 replays plainly (warm-up), call 5 on launch the graph.
@@ -118,7 +119,8 @@ TEST_CASE("jit: ReduceOverhead replays a CUDA graph that matches eager exactly",
   jit::set_log_mask(prev_mask);
 }
 
-TEST_CASE("jit: a ReduceOverhead function's outputs are fresh and its inputs rebound", "[jit][cuda]") {
+TEST_CASE("jit: a ReduceOverhead function's outputs are fresh and its inputs rebound",
+          "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
   manual_seed(9);

@@ -1,6 +1,6 @@
 // Dynamic shapes: one executable across batch sizes, compared with eager on fresh inputs.
-#include <catch2/catch.hpp>
 #include <ember/ember.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 
@@ -39,8 +39,7 @@ TEST_CASE("jit: dynamic=true trains with momentum across batch sizes 1..512 like
   optim::SGD oa(a->parameters(), optim::SGDOptions(0.05).momentum(0.9));
   optim::SGD ob(b->parameters(), optim::SGDOptions(0.05).momentum(0.9));
   nn::CrossEntropyLoss ca, cb;
-  auto step = [](Net& m, optim::SGD& o, nn::CrossEntropyLoss& c, const Tensor& x,
-                 const Tensor& y) {
+  auto step = [](Net& m, optim::SGD& o, nn::CrossEntropyLoss& c, const Tensor& x, const Tensor& y) {
     o.zero_grad();
     Tensor loss = c(m(x), y);
     loss.backward();
@@ -48,8 +47,7 @@ TEST_CASE("jit: dynamic=true trains with momentum across batch sizes 1..512 like
     return loss;
   };
   auto compiled = jit::compile(
-      [&](const Tensor& x, const Tensor& y) { return step(a, oa, ca, x, y); },
-      {.dynamic = true});
+      [&](const Tensor& x, const Tensor& y) { return step(a, oa, ca, x, y); }, {.dynamic = true});
   int traces_after_generalizing = -1;
   for (int64_t n = 1; n <= 512; n += (n < 16 ? 1 : 37)) {
     Tensor x = randn({n, 12}), y = randint(0, 4, {n});
