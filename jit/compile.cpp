@@ -12,6 +12,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/config_epoch.h"
+#include "core/cuda_runtime.h"
 #include "jit/dynamic.h"
 #include "jit/executor.h"
 #include "jit/fingerprint.h"
@@ -209,6 +210,14 @@ struct CompiledCore::Impl {
                          std::to_string(s.arena_bytes) + " bytes" +
                          (e.exec->graph_note().empty() ? "" : "; " + e.exec->graph_note()));
       for (const std::string& l : e.exec->lowerings()) log(Log::perf, options.name + ": " + l);
+      for (const Tensor& st : e.exec->graph().state)
+        if (st.is_cuda()) {
+          const cuda::AllocatorStats m = cuda::memory_stats(st.device().index);
+          log(Log::perf, options.name + ": device memory after building it: " +
+                             std::to_string(m.allocated >> 10) + " KiB allocated, peak " +
+                             std::to_string(m.peak_allocated >> 10) + " KiB");
+          break;
+        }
     }
   }
 

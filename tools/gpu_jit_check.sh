@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
 # One call on the GPU machine for the JIT: build, every test (cuda label included), the MLP
-# example (eager vs compiled) and bench/mlp_step over modes and batch sizes. Logs land in $OUT.
-#   bash tools/gpu_jit_check.sh [extra mlp_step options]
+# example (eager vs compiled), the first compiled step in fresh processes with an empty and a
+# warm disk cache, JIT logs, bench/mlp_step over modes and batch sizes, and optionally
+# compute-sanitizer over the CUDA JIT tests (SANITIZE=1). Logs land in $OUT.
+#   [SANITIZE=1] bash tools/gpu_jit_check.sh [extra mlp_step options]
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 BUILD_ONLY=1 bash .device/run.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 build=${BUILD_DIR:-/tmp/build}
+extra="$out/extra.txt"
 echo "== tests"
 ( cd "$build" && ctest -j8 --output-on-failure --timeout 300 ) >"$out/ctest.log" 2>&1
 rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped\)" "$out/ctest.log" | tail -25
-echo "== example batch 64"
-"$build/examples/mlp" --steps 500 --log-every 500 >"$out/mlp64.txt" 2>&1; tail -6 "$out/mlp64.txt"
-echo "== jit logs (perf, cache, autotune, fusion) for one short compiled run"
-EMBER_LOGS=perf,cache,autotune,fusion "$build/bench/mlp_step" --modes default,max-autotune \
-  --batches 64 --steps 10 --repeats 2 --warmup 5 >"$out/jit_logs.txt" 2>&1
-grep -E "lowered|group|graph|autotune|not used|fallback" "$out/jit_logs.txt" | head -20
+echo "== example batch 64" | tee -a "$extra"
+"$build/examples/mlp" --steps 500 --log-every 500 >>"$extra" 2>&1; tail -5 "$extra"
+echo "== first compiled step in a fresh process: empty, then warm disk cache" | tee -a "$extra"
+cache=$(mktemp -d)
+for run in cold warm; do
+  EMBER_CACHE_DIR=$cache EMBER_LOGS=cache "$build/bench/mlp_step" --modes default --batches 64 \
+    --warmup 4 --steps 5 --repeats 1 >"$out/first.txt" 2>&1
+  echo "$run: $(grep -E '^default' "$out/first.txt")" | tee -a "$extra"
+  grep -cE "compiled|nvrtc|miss" "$out/first.txt" | sed "s/^/$run cache log lines mentioning compile\/miss: /" | tee -a "$extra"
+done
+rm -f "$out/first.txt"
+echo "== jit logs (perf, autotune, fusion) for short compiled runs" | tee -a "$extra"
+EMBER_LOGS=perf,autotune,fusion "$build/bench/mlp_step" --modes default,max-autotune \
+  --batches 64,8192 --steps 10 --repeats 2 --warmup 5 >>"$extra" 2>&1
+grep -E "lowered|group|memory|autotune\]|not used|fallback" "$extra" | tail -24
+if [ "${SANITIZE:-0}" = 1 ]; then
+  echo "== compute-sanitizer memcheck over the CUDA JIT tests" | tee -a "$extra"
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/ember_tests" "[jit][cuda]" \
+    >"$out/sanitizer.txt" 2>&1
+  echo "compute-sanitizer exit code $?" | tee -a "$extra"
+  tail -4 "$out/sanitizer.txt"
+fi
 echo "== bench mlp_step"
 "$build/bench/mlp_step" --modes eager,default,reduce-overhead,max-autotune --json "$out/mlp_step.json" "$@" \
   >"$out/mlp_step.txt" 2>&1
