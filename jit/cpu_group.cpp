@@ -174,6 +174,9 @@ void CpuGroupRunner::run() {
     const Tensor both[2] = {reduce_out_, scale_};
     run_kernel({OpId::mul, both, Attrs{}, reduce_out_}, cpu);
   }
+  // Let go of this call's memory (arguments, returned tensors): the next run re-points.
+  for (Chunked& c : chunked_)
+    if (c.full) c.chunk->storage.reset();
 }
 
 }  // namespace ember::jit

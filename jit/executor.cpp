@@ -361,6 +361,12 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
       outputs.push_back(detached_copy(*slots_[o]));
     }
   }
+  // Drop this call's arguments and returned memory from the slots: holding them would keep a
+  // whole batch alive into the next call (where the caller has already made the next one).
+  for (const std::vector<ValueId>& members : input_members_)
+    for (ValueId v : members) slots_[v]->storage.reset();
+  for (const std::vector<ValueId>& members : fresh_members_)
+    for (ValueId v : members) slots_[v]->storage.reset();
 }
 
 void Executor::capture_graph() {
