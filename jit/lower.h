@@ -61,6 +61,29 @@ PointwiseLoweringStats pointwise_lowering_stats();
 // member-by-member fallback runs.
 void set_pointwise_kernel_failure_for_testing(bool fail);
 
+// Fused Reduction groups (pointwise members, then one sum / mean / amax / amin of a member's
+// result) as one kernel generated with NVRTC (jit/lower_reduction_cuda.cpp,
+// jit/reduction_codegen.h): the members computed in registers at the elements each thread
+// folds, the members' results the group returns written by the same kernel, long reductions
+// split over blocks and finished in the same launch in a fixed order (deterministic; column sums
+// equal eager's bit for bit, float row sums round differently, integer sums and amax/amin are
+// exact). Storage: None when reduction_codegen_supports() holds, nullopt otherwise (and in
+// CPU-only builds).
+std::optional<GroupStorage> reduction_lowering_storage(const Graph& g, const Group& group);
+// Compiles (or fetches from the caches) and allocates the split scratch at construction; run()
+// binds the slots' addresses and launches once on stream(dev), allocating nothing.
+std::unique_ptr<LoweredGroup> lower_reduction_cuda(const LoweringContext& ctx);
+struct ReductionLoweringStats {
+  int64_t groups = 0;       // lowerings built (kernels had)
+  int64_t compiled = 0;     // compiled with NVRTC
+  int64_t from_disk = 0;    // loaded from the disk cache
+  int64_t from_memory = 0;  // already loaded in this process
+  int64_t fallbacks = 0;    // groups run member by member (kernel unavailable; `perf` log)
+};
+ReductionLoweringStats reduction_lowering_stats();
+// For tests: while set, building a lowering fails as if NVRTC had refused the kernel.
+void set_reduction_kernel_failure_for_testing(bool fail);
+
 // ---- GEMM epilogues and cross entropy on CUDA (jit/lower_gemm_cuda.cpp) -----------------------
 // A GemmEpilogue group of mm + add of a row-broadcast bias [+ relu], float32 on one GPU, runs as
 // one cuBLASLt matmul with the BIAS / RELU_BIAS epilogue (storage None: the product and the

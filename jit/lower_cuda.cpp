@@ -13,7 +13,7 @@ std::optional<GroupStorage> cuda_lowering_storage(const Graph& g, const Group& g
     case GroupKind::CrossEntropy:
       return cross_entropy_lowering_storage(g, group);
     case GroupKind::Reduction:
-      return std::nullopt;
+      return reduction_lowering_storage(g, group);
   }
   return std::nullopt;
 }
@@ -27,7 +27,7 @@ std::unique_ptr<LoweredGroup> lower_cuda_group(const LoweringContext& ctx) {
     case GroupKind::CrossEntropy:
       return lower_cross_entropy_cuda(ctx);
     case GroupKind::Reduction:
-      return nullptr;
+      return lower_reduction_cuda(ctx);
   }
   return nullptr;
 }

@@ -197,6 +197,9 @@ class Writer {
     k.words = static_cast<int32_t>(ops_.size());
     for (const Op& o : ops_) k.operands.push_back(o.info);
     k.summary = summary();
+    std::ostringstream body;
+    write_body(body);
+    k.body = body.str();
     k.source = source();
     return k;
   }

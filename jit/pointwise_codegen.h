@@ -35,6 +35,10 @@ struct FusedPointwiseKernel {
 
   std::string source;
   std::string summary;  // "add, relu over [64, 512] (2 in, 1 out, vec 4)"
+  // The `body` device function alone (also inside `source`): the members over registers, taking
+  // the non-output operands by value in operand order, then the outputs by reference. The
+  // reduction generator (jit/reduction_codegen.h) builds its kernels around it.
+  std::string body;
   std::vector<FusedOperand> operands;
   int32_t words = 0;  // 64-bit words in the argument block
   int64_t numel = 0;

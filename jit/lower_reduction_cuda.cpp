@@ -1,0 +1,220 @@
+// The CUDA lowering of fused Reduction groups: the kernel jit/reduction_codegen.cpp writes,
+// compiled with NVRTC (or taken from the kernel caches) when the executor builds the lowering,
+// then launched once per replay with the slots' current addresses. The scratch a split
+// reduction needs (partial states, one ticket per tile) is allocated here, once, sized for the
+// group's shapes; run() only fills the argument block and launches, so it can be captured.
+#include <atomic>
+
+#include "jit/lower.h"
+#include "jit/reduction_codegen.h"
+
+#if defined(EMBER_WITH_CUDA)
+#include <algorithm>
+#include <cstring>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "jit/disk_cache.h"
+#include "jit/log.h"
+#include "kernels/cuda/nvrtc.h"
+#endif
+
+namespace ember::jit {
+namespace {
+
+std::atomic<int64_t> g_groups{0}, g_compiled{0}, g_from_disk{0}, g_from_memory{0}, g_fallbacks{0};
+std::atomic<bool> g_fail_for_testing{false};
+
+#if defined(EMBER_WITH_CUDA)
+namespace rtc = kernels::cuda::nvrtc;
+
+class DiskStore final : public rtc::BinaryStore {
+ public:
+  std::optional<std::string> load(const std::string& key) override {
+    return DiskCache::global().load(key);
+  }
+  void store(const std::string& key, std::string_view bytes) override {
+    DiskCache::global().store(key, bytes);
+  }
+};
+
+class ReductionLowering final : public LoweredGroup {
+ public:
+  explicit ReductionLowering(const LoweringContext& ctx) {
+    const Value& x = ctx.graph.values[ctx.graph.nodes[ctx.group.nodes.back()].inputs[0]];
+    dev_ = x.device.index;
+    kernel_ = generate_reduction_kernel(ctx.graph, ctx.group, rtc::sm_count(dev_));
+    EMBER_CHECK(!g_fail_for_testing.load(), "fused reduction kernel: failure injected by a test");
+    if (log_enabled(Log::code))
+      log(Log::code, "fused reduction kernel: " + kernel_.summary + "\n" + kernel_.source);
+    std::string tag = "reduction_v";
+    tag += std::to_string(kReductionCodegenVersion);
+    const char* names[1] = {FusedReductionKernel::kKernel};
+    DiskStore store;
+    const rtc::Module m =
+        rtc::get_module(kernel_.source, tag, std::span<const char* const>(names, 1), dev_, &store);
+    switch (m.origin) {
+      case rtc::Origin::Memory:
+        ++g_from_memory;
+        break;
+      case rtc::Origin::Store:
+        ++g_from_disk;
+        break;
+      case rtc::Origin::Compiled:
+        ++g_compiled;
+        break;
+    }
+    ++g_groups;
+    log(Log::cache, "kernel " + m.key + " (" + kernel_.summary + ") from " +
+                        rtc::origin_name(m.origin) + " in " +
+                        std::to_string(static_cast<int>(m.milliseconds * 1000)) + " us");
+    fn_ = m.kernels[0];
+    what_ = std::string("cudaLaunchKernel(") + FusedReductionKernel::kKernel + ": " +
+            kernel_.summary + ")";
+    for (const FusedOperand& o : kernel_.operands) {
+      Bound b;
+      b.slot = ctx.slots[o.value];
+      b.word = o.slot;
+      b.bytes = o.elem_size;
+      (o.scalar ? scalars_ : pointers_).push_back(std::move(b));
+    }
+    words_.assign(static_cast<size_t>(kernel_.words), 0);
+    // Scratch, once: partial states and the tickets (zeroed here, on Ember's stream, before any
+    // launch of this kernel; the kernel leaves them at zero).
+    const Device d = Device::cuda(dev_);
+    if (kernel_.partial_bytes > 0) {
+      partial_ = empty({(kernel_.partial_bytes + 7) / 8}, TensorOptions(kInt64).device(d));
+      tickets_ = zeros({kernel_.ticket_count}, TensorOptions(kInt32).device(d));
+      words_[kernel_.partial_word] = reinterpret_cast<uintptr_t>(partial_.raw_data());
+      words_[kernel_.ticket_word] = reinterpret_cast<uintptr_t>(tickets_.raw_data());
+    }
+  }
+
+  void run() override {
+    for (const Bound& b : pointers_)
+      words_[b.word] = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(b.slot->data()));
+    for (const Bound& b : scalars_) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, b.slot->data(), static_cast<size_t>(b.bytes));
+      words_[b.word] = bits;
+    }
+    rtc::launch(fn_, static_cast<unsigned>(kernel_.grid()), static_cast<unsigned>(kernel_.block()),
+                words_.data(), dev_, what_.c_str());
+  }
+
+  int32_t kernels() const override { return 1; }
+  std::string describe() const override { return "nvrtc reduction kernel: " + kernel_.summary; }
+
+ private:
+  struct Bound {
+    std::shared_ptr<TensorImpl> slot;
+    int32_t word = 0;
+    int64_t bytes = 0;
+  };
+
+  FusedReductionKernel kernel_;
+  int dev_ = 0;
+  const void* fn_ = nullptr;
+  std::string what_;
+  std::vector<Bound> pointers_, scalars_;
+  std::vector<uint64_t> words_;  // pointers, scalar bits, partials, tickets
+  Tensor partial_, tickets_;
+};
+
+// When the generated kernel cannot be had, the group runs member by member on the eager
+// kernels; its internals got no memory from the plan (GroupStorage::None), so they get buffers
+// here, once. (The same scheme as the pointwise lowering's fallback.)
+class MemberByMember final : public LoweredGroup {
+ public:
+  MemberByMember(const LoweringContext& ctx, std::string why) : why_(std::move(why)) {
+    const Graph& g = ctx.graph;
+    auto member = [&](ValueId v) {
+      for (int32_t ni : ctx.group.nodes)
+        if (g.nodes[ni].out == v) return true;
+      return false;
+    };
+    auto tensor_of = [&](ValueId v) {
+      const auto& outs = ctx.group.outputs;
+      if (std::find(outs.begin(), outs.end(), v) != outs.end() || !member(v))
+        return Tensor(ctx.slots[v]);
+      for (const auto& [id, t] : scratch_)
+        if (id == v) return t;
+      const Value& val = g.values[v];
+      scratch_.emplace_back(v, make_empty(val.shape, val.dtype, val.device));
+      return scratch_.back().second;
+    };
+    for (int32_t ni : ctx.group.nodes) {
+      const Node& n = g.nodes[ni];
+      Step s;
+      s.op = n.op;
+      s.attrs = n.attrs;
+      for (ValueId in : n.inputs) s.args.push_back(tensor_of(in));
+      s.out = tensor_of(n.out);
+      s.device = g.values[n.out].device;
+      steps_.push_back(std::move(s));
+    }
+  }
+  void run() override {
+    for (const Step& s : steps_) run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
+  }
+  int32_t kernels() const override { return static_cast<int32_t>(steps_.size()); }
+  std::string describe() const override {
+    return "member by member (no generated reduction kernel: " + why_ + ")";
+  }
+
+ private:
+  struct Step {
+    OpId op = OpId::neg;
+    Attrs attrs;
+    std::vector<Tensor> args;
+    Tensor out;
+    Device device;
+  };
+  std::string why_;
+  std::vector<std::pair<ValueId, Tensor>> scratch_;
+  std::vector<Step> steps_;
+};
+#endif
+
+}  // namespace
+
+std::optional<GroupStorage> reduction_lowering_storage(const Graph& g, const Group& group) {
+#if defined(EMBER_WITH_CUDA)
+  std::string why;
+  if (reduction_codegen_supports(g, group, &why)) return GroupStorage::None;
+  if (group.kind == GroupKind::Reduction)
+    log(Log::fusion, "reduction group not lowered to a fused kernel: " + why);
+#else
+  (void)g;
+  (void)group;
+#endif
+  return std::nullopt;
+}
+
+std::unique_ptr<LoweredGroup> lower_reduction_cuda(const LoweringContext& ctx) {
+#if defined(EMBER_WITH_CUDA)
+  if (!reduction_codegen_supports(ctx.graph, ctx.group)) return nullptr;
+  try {
+    return std::make_unique<ReductionLowering>(ctx);
+  } catch (const std::exception& e) {
+    ++g_fallbacks;
+    log(Log::perf, std::string("fused reduction kernel unavailable, running the group member by "
+                               "member: ") +
+                       e.what());
+    return std::make_unique<MemberByMember>(ctx, e.what());
+  }
+#else
+  (void)ctx;
+  return nullptr;
+#endif
+}
+
+void set_reduction_kernel_failure_for_testing(bool fail) { g_fail_for_testing.store(fail); }
+
+ReductionLoweringStats reduction_lowering_stats() {
+  return {g_groups.load(), g_compiled.load(), g_from_disk.load(), g_from_memory.load(),
+          g_fallbacks.load()};
+}
+
+}  // namespace ember::jit

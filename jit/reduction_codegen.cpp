@@ -1,0 +1,522 @@
+// Source generation for fused Reduction groups (see reduction_codegen.h). The pointwise members
+// come from the pointwise generator (its `body`, over a pseudo Pointwise group whose outputs are
+// the members' results the group returns plus the reduced value); this file adds the walk over
+// (output, reduced position) pairs, the per-operand indexing and the reduction's types, around
+// the driver in kernels/cuda/fused_reduce.cuh.
+#include "jit/reduction_codegen.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ember::jit {
+namespace {
+
+template <class... A>
+std::string str(const A&... a) {
+  std::ostringstream os;
+  (os << ... << a);
+  return os.str();
+}
+
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+    case DType::Float16:
+      return "__half";
+    case DType::BFloat16:
+      return "__nv_bfloat16";
+    case DType::Int32:
+      return "int32_t";
+    case DType::Int64:
+      return "int64_t";
+    case DType::Bool:
+      return "bool";
+  }
+  return "?";
+}
+
+bool is_reduction_op(OpId op) {
+  return op == OpId::sum || op == OpId::mean || op == OpId::amax || op == OpId::amin;
+}
+
+// The eager CUDA reduction's accumulator for `op` over `in` (kernels/cuda/reduce.cu), or null
+// when eager has no kernel for the combination.
+const char* accumulate_type(OpId op, DType in) {
+  const bool f16 = in == DType::Float16 || in == DType::BFloat16;
+  if (in == DType::Float32 || f16) return "float";
+  if (in == DType::Float64) return "double";
+  if (op == OpId::sum) return "int64_t";  // integers and bools sum into int64
+  if (op == OpId::mean) return nullptr;
+  if (in == DType::Int32) return "int32_t";
+  if (in == DType::Int64) return "int64_t";
+  return nullptr;  // amax/amin of bool
+}
+
+int64_t accumulate_bytes(const char* acc) {
+  const std::string a(acc);
+  return a == "float" || a == "int32_t" ? 4 : 8;
+}
+
+const Node& reduction_node(const Graph& g, const Group& grp) { return g.nodes[grp.nodes.back()]; }
+
+// The members before the reduction as a Pointwise group whose outputs are the members' results
+// the group returns and the reduced value.
+Group pointwise_part(const Graph& g, const Group& grp) {
+  const Node& red = reduction_node(g, grp);
+  Group p;
+  p.kind = GroupKind::Pointwise;
+  p.nodes.assign(grp.nodes.begin(), grp.nodes.end() - 1);
+  for (ValueId o : grp.outputs)
+    if (o != red.out) p.outputs.push_back(o);
+  if (std::find(p.outputs.begin(), p.outputs.end(), red.inputs[0]) == p.outputs.end())
+    p.outputs.push_back(red.inputs[0]);
+  for (int32_t ni : p.nodes)
+    for (ValueId in : g.nodes[ni].inputs) {
+      bool member = false;
+      for (int32_t m : p.nodes) member = member || g.nodes[m].out == in;
+      if (!member && std::find(p.inputs.begin(), p.inputs.end(), in) == p.inputs.end())
+        p.inputs.push_back(in);
+    }
+  return p;
+}
+
+// The reduced dims of `red` over an input of rank `rank`, sorted, as flags.
+std::vector<bool> reduced_flags(const Node& red, int rank) {
+  std::vector<bool> r(static_cast<size_t>(rank), red.attrs.dims.empty());
+  for (int64_t d : red.attrs.dims)
+    r[static_cast<size_t>(wrap_dim(d, rank, "jit reduction"))] = true;
+  return r;
+}
+
+class Writer {
+ public:
+  Writer(const Graph& g, const Group& grp, int sms)
+      : g_(g), grp_(grp), sms_(std::max(sms, 1)), red_(reduction_node(g, grp)) {}
+
+  FusedReductionKernel run() {
+    const Group part = pointwise_part(g_, grp_);
+    pk_ = generate_pointwise_kernel(g_, part);
+    in_dtype_ = g_.values[red_.inputs[0]].dtype;
+    out_dtype_ = g_.values[red_.out].dtype;
+    acc_ = accumulate_type(red_.op, in_dtype_);
+    collect_operands();
+    plan_space();
+    plan_launch();
+    FusedReductionKernel k;
+    for (const Op& o : ops_) k.operands.push_back(o.info);
+    k.words = static_cast<int32_t>(ops_.size()) + 2;
+    k.partial_word = k.words - 2;
+    k.ticket_word = k.words - 1;
+    k.num_out = num_out_;
+    k.count = count_;
+    k.columns = columns_;
+    k.tile_x = bx_;
+    k.tile_y = by_;
+    k.blocks_x = blocks_x_;
+    k.splits = splits_;
+    k.chunk = chunk_;
+    if (splits_ > 1) {
+      k.partial_bytes = splits_ * num_out_ * accumulate_bytes(acc_);
+      k.ticket_count = blocks_x_;
+    }
+    k.summary = summary();
+    k.source = source();
+    return k;
+  }
+
+ private:
+  struct Op {
+    FusedOperand info;
+    DType dtype = kFloat32;
+    std::string param;  // its name in body() ("" for the reduction's result)
+    Strides strides;    // per dim of the group's shape, in elements
+  };
+  struct Dim {
+    int64_t size = 1;
+    std::vector<int64_t> strides;  // per pointer operand
+  };
+
+  void collect_operands() {
+    shape_ = g_.values[red_.inputs[0]].shape;
+    const int rank = shape_.size();
+    reduced_ = reduced_flags(red_, rank);
+    // The names body() gives the pseudo group's operands.
+    int32_t nx = 0, ny = 0;
+    for (const FusedOperand& o : pk_.operands) {
+      const std::string name = o.output ? str("y", ny++) : str("x", nx++);
+      if (o.output) {
+        out_locals_.push_back({o.value, name});
+        if (o.value == red_.inputs[0]) reduced_local_ = name;
+      } else {
+        in_params_.push_back({o.value, name});
+      }
+    }
+    auto add = [&](ValueId v, bool output, bool scalar, const std::string& param) {
+      Op o;
+      o.info.value = v;
+      o.info.output = output;
+      o.info.scalar = scalar;
+      o.info.slot = static_cast<int32_t>(ops_.size());
+      o.dtype = g_.values[v].dtype;
+      o.info.elem_size = element_size(o.dtype);
+      o.param = param;
+      ops_.push_back(std::move(o));
+    };
+    // The reduction's result: its strides over the group's shape (0 along reduced dims).
+    add(red_.out, true, false, "");
+    {
+      const Value& out = g_.values[red_.out];
+      Strides s;
+      int od = 0;
+      for (int d = 0; d < rank; ++d) {
+        if (reduced_[d]) {
+          s.push_back(0);
+          if (red_.attrs.keepdim) ++od;
+        } else {
+          s.push_back(out.strides[od++]);
+        }
+      }
+      ops_.back().strides = s;
+    }
+    for (const auto& [v, name] : out_locals_)
+      if (std::find(grp_.outputs.begin(), grp_.outputs.end(), v) != grp_.outputs.end()) {
+        add(v, true, false, name);
+        ops_.back().strides = g_.values[v].strides;
+      }
+    for (const FusedOperand& o : pk_.operands)
+      if (!o.output && !o.scalar) {
+        add(o.value, false, false, param_of(o.value));
+        const Value& v = g_.values[o.value];
+        ops_.back().strides = broadcast_strides(v.shape, v.strides, shape_);
+      }
+    for (const Op& o : ops_) pointers_ += o.info.scalar ? 0 : 1;
+    for (const FusedOperand& o : pk_.operands)
+      if (o.scalar) add(o.value, false, true, param_of(o.value));
+  }
+
+  std::string param_of(ValueId v) const {
+    for (const auto& [id, name] : in_params_)
+      if (id == v) return name;
+    return "?";
+  }
+
+  // Kept and reduced dims, innermost first, size-1 dims dropped and dims that every operand walks
+  // as one run merged. Dims are first ordered by the largest input's strides, so "innermost"
+  // means innermost in memory for it (a transposed input still reads along its rows).
+  void plan_space() {
+    const int rank = shape_.size();
+    std::vector<int> order(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) order[d] = d;
+    int32_t lead = -1;
+    for (int32_t k = 0; k < pointers_; ++k)
+      if (!ops_[k].info.output && (lead < 0 || g_.values[ops_[k].info.value].numel() >
+                                                   g_.values[ops_[lead].info.value].numel()))
+        lead = k;
+    if (lead >= 0) {
+      const Strides& ls = ops_[lead].strides;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return std::abs(ls[a]) > std::abs(ls[b]); });
+    }
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int d = *it;
+      if (shape_[d] == 1) continue;
+      if (innermost_ < 0) innermost_ = d;
+      std::vector<Dim>& cls = reduced_[d] ? red_dims_ : keep_dims_;
+      Dim nd;
+      nd.size = shape_[d];
+      for (int32_t k = 0; k < pointers_; ++k) nd.strides.push_back(ops_[k].strides[d]);
+      if (!cls.empty()) {
+        Dim& last = cls.back();
+        bool merge = true;
+        for (int32_t k = 0; k < pointers_ && merge; ++k)
+          merge = nd.strides[k] == last.strides[k] * last.size;
+        if (merge) {
+          last.size *= nd.size;
+          continue;
+        }
+      }
+      cls.push_back(std::move(nd));
+    }
+    num_out_ = 1;
+    for (const Dim& d : keep_dims_) num_out_ *= d.size;
+    count_ = 1;
+    for (const Dim& d : red_dims_) count_ *= d.size;
+    columns_ = innermost_ >= 0 && !reduced_[innermost_];
+    // 32-bit indexing when every position and offset fits (and no stride is negative).
+    bool small = num_out_ * count_ <= INT32_MAX;
+    for (int32_t k = 0; k < pointers_ && small; ++k) {
+      int64_t reach = 0;
+      for (const std::vector<Dim>* cls : {&keep_dims_, &red_dims_})
+        for (const Dim& d : *cls) {
+          small = small && d.strides[k] >= 0;
+          reach += (d.size - 1) * std::max<int64_t>(d.strides[k], 0);
+        }
+      small = small && reach <= INT32_MAX;
+    }
+    index32_ = small;
+  }
+
+  static int64_t pow2_ceil(int64_t v) {
+    int64_t p = 1;
+    while (p < v) p *= 2;
+    return p;
+  }
+  static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+  // The tile, the blocks along the outputs, and the split of the reduction: like the eager
+  // planner (kernels/cuda/reduce.cu), enough blocks for two waves, splitting only when the
+  // outputs alone give fewer.
+  void plan_launch() {
+    const int64_t threads = FusedReductionKernel::kMaxThreads;
+    const int64_t target = 2 * int64_t{sms_};
+    int64_t per_block_work = 0;
+    if (columns_) {
+      bx_ = static_cast<int32_t>(std::min<int64_t>(32, pow2_ceil(num_out_)));
+      by_ = static_cast<int32_t>(std::max<int64_t>(1, std::min(threads / bx_, pow2_ceil(count_))));
+      blocks_x_ = ceil_div(num_out_, bx_);
+      per_block_work = int64_t{by_} * 16;
+    } else {
+      const bool few_long = count_ > 1024 && ceil_div(num_out_, 8) < target;
+      bx_ = few_long ? 256 : 32;
+      by_ = static_cast<int32_t>(threads / bx_);
+      blocks_x_ = ceil_div(num_out_, by_);
+      per_block_work = int64_t{bx_} * 8;
+    }
+    chunk_ = count_;
+    if (blocks_x_ < target && count_ > 2 * per_block_work) {
+      const int64_t splits =
+          std::min({ceil_div(target, blocks_x_), ceil_div(count_, per_block_work), int64_t{65535}});
+      const int64_t align = columns_ ? by_ : bx_;
+      chunk_ = ceil_div(ceil_div(count_, splits), align) * align;
+    }
+    splits_ = ceil_div(count_, chunk_);
+    // The finish of a split reduction works in whole warps (fused_reduce.cuh); a split only
+    // happens for long reductions, which get full 256-thread tiles.
+    EMBER_CHECK(splits_ == 1 || (int64_t{bx_} * by_) % 32 == 0,
+                "jit reduction codegen: split over a partial-warp tile (internal error)");
+    EMBER_CHECK(blocks_x_ * splits_ <= INT32_MAX, "jit reduction codegen: ", blocks_x_ * splits_,
+                " blocks are too many for one launch");
+  }
+
+  std::string lit(int64_t v) const { return std::to_string(v) + (index32_ ? "u" : "ll"); }
+
+  // Lines defining <prefix>0.. (coordinates of `dims`, innermost first) of flat position `pos`.
+  void coordinates(std::ostream& os, const std::vector<Dim>& dims, const std::string& pos,
+                   const std::string& prefix) const {
+    std::string q = pos;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (d + 1 == dims.size()) {
+        os << "    const Index " << prefix << d << " = " << q << ";\n";
+        break;
+      }
+      os << "    const Index " << prefix << d << " = " << q << " % " << lit(dims[d].size) << ";\n";
+      os << "    const Index " << prefix << "q" << d << " = " << q << " / " << lit(dims[d].size)
+         << ";\n";
+      q = prefix + "q" + std::to_string(d);
+    }
+  }
+
+  std::string offset(int32_t k, bool with_reduced) const {
+    std::string e;
+    auto term = [&](const std::vector<Dim>& dims, const std::string& prefix) {
+      for (size_t d = 0; d < dims.size(); ++d) {
+        const int64_t s = dims[d].strides[k];
+        if (s == 0) continue;
+        if (!e.empty()) e += " + ";
+        e += prefix + std::to_string(d);
+        if (s != 1) e += s < 0 ? str(" * static_cast<Index>(", lit(s), ")") : str(" * ", lit(s));
+      }
+    };
+    term(keep_dims_, "ck");
+    if (with_reduced) term(red_dims_, "cr");
+    return e.empty() ? "0" : e;
+  }
+
+  std::string summary() const {
+    std::ostringstream os;
+    for (size_t i = 0; i < grp_.nodes.size(); ++i)
+      os << (i ? ", " : "") << op_name(g_.nodes[grp_.nodes[i]].op);
+    os << " over " << shape_.str() << " -> " << g_.values[red_.out].shape.str() << " ("
+       << (columns_ ? "columns" : "rows") << ", " << blocks_x_ << " x " << splits_ << " blocks of "
+       << bx_ << "x" << by_ << ", " << grp_.outputs.size() << " out)";
+    return os.str();
+  }
+
+  std::string source() const {
+    std::ostringstream os;
+    os << "// Ember fused reduction kernel (codegen v" << kReductionCodegenVersion
+       << "): " << summary() << "\n"
+       << "#include \"kernels/cuda/fused_reduce.cuh\"\n\n"
+          "namespace ember_fused {\n"
+          "namespace fp = ::ember::kernels::cuda::fused;\n"
+          "namespace ew = ::ember::kernels::cuda::elementwise;\n"
+          "namespace dev = ::ember::kernels::cuda::dev;\n"
+          "namespace pw = ::ember::pw;\n\n"
+       << "typedef " << (index32_ ? "unsigned int" : "long long") << " Index;\n"
+       << "constexpr Index kNumOut = " << lit(num_out_) << ";\n"
+       << "constexpr Index kCount = " << lit(count_) << ";\n"
+       << "constexpr Index kChunk = " << lit(chunk_) << ";\n"
+       << "constexpr unsigned kBlocksX = " << blocks_x_ << "u;\n"
+       << "constexpr unsigned kSplits = " << splits_ << "u;\n"
+       << "typedef " << acc_ << " Acc;\n"
+       << "typedef " << storage_type(out_dtype_) << " Out;\n";
+    const bool sum = red_.op == OpId::sum || red_.op == OpId::mean;
+    os << "typedef dev::" << (sum ? "SumOp" : "MinMaxOp") << "<Acc> Op;\n\n"
+       << "// Pointers of the outputs (the reduction's result first) and inputs, the inline\n"
+          "// scalars' bits, then the scratch of split reductions.\n"
+          "struct Args {\n"
+          "  char* p["
+       << pointers_ << "];\n";
+    if (static_cast<int32_t>(ops_.size()) > pointers_)
+      os << "  unsigned long long s[" << ops_.size() - pointers_ << "];\n";
+    os << "  char* partial;\n  unsigned int* tickets;\n};\n\n";
+    os << "// The members, in the eager kernels' compute types; values stay in registers.\n"
+       << pk_.body;
+    // Element: the members at (o, r); writes the members' results the group returns.
+    os << "// The members at output o, reduced position r; returns the value folded.\n"
+          "struct Element {\n"
+          "  const Args& a;\n"
+          "  __device__ __forceinline__ Acc operator()(Index o, Index r) const {\n";
+    if (keep_dims_.empty()) os << "    (void)o;\n";
+    coordinates(os, keep_dims_, "o", "ck");
+    coordinates(os, red_dims_, "r", "cr");
+    for (const auto& [v, name] : out_locals_)
+      os << "    " << storage_type(g_.values[v].dtype) << " " << name << ";\n";
+    os << "    body(";
+    bool first = true;
+    for (const auto& [v, name] : in_params_) {
+      os << (first ? "" : ",\n         ");
+      first = false;
+      const Op& o = op_of(v);
+      if (o.info.scalar)
+        os << "ew::FromBits<" << storage_type(o.dtype) << ">::get(a.s[" << o.info.slot - pointers_
+           << "])";
+      else
+        os << "fp::load<" << storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
+           << offset(o.info.slot, true) << ")";
+    }
+    for (const auto& [v, name] : out_locals_) os << (first ? "" : ", ") << name, first = false;
+    os << ");\n";
+    for (int32_t k = 1; k < pointers_; ++k) {
+      const Op& o = ops_[k];
+      if (!o.info.output) continue;
+      os << "    fp::store<" << storage_type(o.dtype) << ">(a.p[" << k << "], " << offset(k, true)
+         << ", " << o.param << ");\n";
+    }
+    // keep: the reduced member's rounding stays its own (no contraction into the fold).
+    os << "    return dev::to_acc<Acc>(fp::keep(" << reduced_local_ << "));\n  }\n};\n\n";
+    os << "// Writes the result of output o.\n"
+          "struct Store {\n"
+          "  const Args& a;\n"
+          "  const Op& op;\n"
+          "  __device__ __forceinline__ void operator()(Index o, Op::State s) const {\n";
+    if (keep_dims_.empty()) os << "    (void)o;\n";
+    coordinates(os, keep_dims_, "o", "ck");
+    os << "    fp::store<Out>(a.p[0], " << offset(0, false)
+       << ", op.project<Out>(s, static_cast<int64_t>(kCount)));\n  }\n};\n\n"
+       << "}  // namespace ember_fused\n\n"
+          "extern \"C\" __global__ void __launch_bounds__(ember_fused::fp::kThreads)\n"
+       << FusedReductionKernel::kKernel
+       << "(const ember_fused::Args a) {\n"
+          "  using namespace ember_fused;\n"
+          "  Op op;\n";
+    if (red_.op == OpId::mean) os << "  op.mean = true;\n";
+    if (red_.op == OpId::amin) os << "  op.is_min = true;\n";
+    os << "  fp::reduce_tiles<" << (columns_ ? "true" : "false") << ", " << bx_ << ", " << by_
+       << ", Index>(op, kNumOut, kCount, kChunk, kBlocksX, kSplits,\n"
+          "      reinterpret_cast<Op::State*>(a.partial), a.tickets, Element{a}, Store{a, op});\n"
+          "}\n";
+    return os.str();
+  }
+
+  const Op& op_of(ValueId v) const {
+    for (const Op& o : ops_)
+      if (!o.info.output && o.info.value == v) return o;
+    EMBER_FAIL("jit reduction codegen: no operand for %", v, " (internal error)");
+  }
+
+  const Graph& g_;
+  const Group& grp_;
+  int sms_;
+  const Node& red_;
+  FusedPointwiseKernel pk_;
+  DType in_dtype_ = kFloat32, out_dtype_ = kFloat32;
+  const char* acc_ = "float";
+  Shape shape_;
+  std::vector<bool> reduced_;
+  std::vector<std::pair<ValueId, std::string>> in_params_, out_locals_;
+  std::string reduced_local_;
+  std::vector<Op> ops_;
+  int32_t pointers_ = 0;
+  std::vector<Dim> keep_dims_, red_dims_;
+  int innermost_ = -1;
+  int64_t num_out_ = 0, count_ = 0;
+  bool columns_ = false, index32_ = true;
+  int32_t bx_ = 32, by_ = 8;
+  int64_t blocks_x_ = 1, splits_ = 1, chunk_ = 0;
+};
+
+}  // namespace
+
+bool reduction_codegen_supports(const Graph& g, const Group& group, std::string* why) {
+  auto fail = [&](std::string r) {
+    if (why) *why = std::move(r);
+    return false;
+  };
+  if (group.kind != GroupKind::Reduction) return fail("not a reduction group");
+  if (group.nodes.size() < 2) return fail("no pointwise member before the reduction");
+  const Node& red = reduction_node(g, group);
+  const std::string op(op_name(red.op));
+  if (!is_reduction_op(red.op)) return fail(op + " is not sum, mean, amax or amin");
+  if (red.inplace || red.out == kNoValue || red.inputs.size() != 1)
+    return fail(op + " is not an out-of-place reduction of one input");
+  const ValueId x = red.inputs[0];
+  bool from_member = false;
+  for (size_t i = 0; i + 1 < group.nodes.size(); ++i)
+    from_member = from_member || g.nodes[group.nodes[i]].out == x;
+  if (!from_member || g.is_view(x)) return fail(op + " does not reduce a member's result");
+  for (size_t i = 0; i + 1 < group.nodes.size(); ++i)
+    if (!is_reduction_op(g.nodes[group.nodes[i]].op) &&
+        op_info(g.nodes[group.nodes[i]].op).kind == OpKind::Reduce)
+      return fail("more than one reduction");
+  if (std::find(group.outputs.begin(), group.outputs.end(), red.out) == group.outputs.end())
+    return fail(op + "'s result is not a group output");
+  const Value& in = g.values[x];
+  const Value& out = g.values[red.out];
+  if (in.numel() == 0) return fail(op + " of an empty tensor");
+  if (out.device != in.device) return fail(op + " changes device");
+  const char* acc = accumulate_type(red.op, in.dtype);
+  if (!acc) return fail(op + " over " + std::string(dtype_name(in.dtype)) + " has no CUDA kernel");
+  const DType want = is_floating(in.dtype) ? in.dtype : kInt64;
+  if (out.dtype != (red.op == OpId::sum ? want : in.dtype))
+    return fail(op + ": unexpected output dtype " + std::string(dtype_name(out.dtype)));
+  const int rank = in.shape.size();
+  if (rank == 0 && !red.attrs.dims.empty()) return fail(op + " of a 0-dim tensor over dims");
+  for (int64_t d : red.attrs.dims)
+    if (d < -rank || d >= rank) return fail(op + ": dim " + std::to_string(d) + " out of range");
+  int reduced = 0;
+  if (rank > 0)
+    for (bool r : reduced_flags(red, rank)) reduced += r ? 1 : 0;
+  const int want_rank = red.attrs.keepdim ? rank : rank - reduced;
+  if (out.shape.size() != want_rank || out.strides.size() != want_rank)
+    return fail(op + ": result of unexpected rank " + std::to_string(out.shape.size()));
+  std::string reason;
+  if (!pointwise_codegen_supports(g, pointwise_part(g, group), &reason))
+    return fail("pointwise members: " + reason);
+  return true;
+}
+
+FusedReductionKernel generate_reduction_kernel(const Graph& g, const Group& group, int sm_count) {
+  std::string why;
+  EMBER_CHECK(reduction_codegen_supports(g, group, &why), "jit reduction codegen: ", why);
+  return Writer(g, group, sm_count).run();
+}
+
+}  // namespace ember::jit

@@ -1,0 +1,104 @@
+#pragma once
+// The handwritten driver of the JIT's fused reduction kernels. jit/reduction_codegen.cpp writes,
+// per Reduction group, an `Element` computing the pointwise members at one (output o, reduced
+// position r) of the group's shape (writing the members' results that are group outputs) and
+// returning the value the reduction folds, and a `Store` writing one projected result; this
+// driver walks the space and reduces, with the reduction operators of block_reduce.cuh (the
+// eager reductions' SumOp / MinMaxOp and accumulate types).
+//
+// Launch: a 1-D grid of kBlocksX * kSplits blocks of kBX * kBY (<= 256) threads, each block a
+// kBX x kBY tile (thread t: tx = t % kBX, ty = t / kBX):
+//  - columns (a kept dim innermost in memory, e.g. the bias gradient's column sums): tx picks
+//    one of kBX consecutive outputs, ty one of kBY lanes splitting r;
+//  - rows (a reduced dim innermost): ty picks one of kBY outputs, tx one of kBX lanes.
+// Block (bx, by) covers outputs of tile bx and reduced positions [by * kChunk, (by + 1) * kChunk).
+//
+// Order of summation, fixed by the constants alone (the same result on every run):
+//  1. each lane folds its positions r = r0 + lane, r0 + lane + L, ... (L lanes) in increasing r;
+//  2. the block combines its lanes' states by a halving tree in shared memory (lane i with lane
+//     i + h for h = L/2, L/4, ..., 1);
+//  3. with kSplits > 1, each block stores its state as partial[by][o], and the block that takes
+//     the last ticket of tile bx (an atomic counter, one per tile) combines each output's
+//     partials like the eager reduce_partials_kernel (lane l of a warp folds partials l, l + 32,
+//     ... from the identity, then an xor butterfly over the warp), projects and stores, then
+//     resets the ticket to 0 for the next launch (so replays, CUDA-graph replays included, need
+//     no memset).
+// In the columns layout, with the tile and split the host picks like the eager planner
+// (kernels/cuda/reduce.cu), steps 1-3 are the eager columns kernel's order exactly, so column
+// sums (the bias gradients) come out bitwise equal to eager's. The rows layout folds
+// element by element where eager's rows kernel reads 16-byte vectors: same scheme, another
+// association, so float row sums differ from eager's in rounding.
+// Device code only (NVRTC).
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/fused_pointwise.cuh"
+
+namespace ember::kernels::cuda::fused {
+
+template <class State>
+__device__ __forceinline__ State load_partial(const State* p) {
+  // Written by other blocks of this launch: bypass the (incoherent) L1.
+  return *static_cast<const volatile State*>(p);
+}
+
+template <bool kColumns, int kBX, int kBY, class Index, class Op, class Elem, class Store>
+__device__ __forceinline__ void reduce_tiles(const Op& op, Index num_out, Index count, Index chunk,
+                                             unsigned blocks_x, unsigned splits,
+                                             typename Op::State* partial, unsigned* tickets,
+                                             const Elem& elem, const Store& store) {
+  using State = typename Op::State;
+  static_assert(kBX * kBY <= kThreads, "a tile is one block");
+  constexpr int kLanes = kColumns ? kBY : kBX;     // threads splitting r per output
+  constexpr int kPerBlock = kColumns ? kBX : kBY;  // outputs per block
+  constexpr int kLaneStride = kColumns ? kBX : 1;  // thread-index distance between lanes
+  const unsigned t = threadIdx.x;
+  const unsigned tx = t % kBX, ty = t / kBX;
+  const unsigned bx = blockIdx.x % blocks_x, by = blockIdx.x / blocks_x;
+  const unsigned lane = kColumns ? ty : tx;
+  const Index o = static_cast<Index>(bx) * kPerBlock + (kColumns ? tx : ty);
+
+  State s = op.identity();
+  if (o < num_out) {
+    const Index r0 = static_cast<Index>(by) * chunk;
+    const Index r1 = r0 + chunk < count ? r0 + chunk : count;
+    for (Index r = r0 + lane; r < r1; r += kLanes) op.step(s, elem(o, r), static_cast<int64_t>(r));
+  }
+
+  __shared__ State cell[kBX * kBY];
+  cell[t] = s;
+  __syncthreads();
+#pragma unroll
+  for (int h = kLanes / 2; h > 0; h >>= 1) {
+    if (lane < static_cast<unsigned>(h)) cell[t] = op.combine(cell[t], cell[t + h * kLaneStride]);
+    __syncthreads();
+  }
+  const bool leader = lane == 0 && o < num_out;
+  if (splits == 1) {
+    if (leader) store(o, cell[t]);
+    return;
+  }
+  if (leader) partial[static_cast<Index>(by) * num_out + o] = cell[t];
+  __threadfence();  // this block's partials are visible before its ticket is taken
+  __syncthreads();
+  __shared__ bool last;
+  if (t == 0) last = atomicAdd(&tickets[bx], 1u) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The last block of tile bx finishes its outputs as the eager reduce_partials_kernel does:
+  // per output one warp, lane l combining partials l, l + 32, ... from the identity, then a
+  // butterfly across the warp. (The host only splits with whole-warp blocks.)
+  constexpr int kWarps = kBX * kBY / 32;
+  const unsigned warp = t / 32, wl = t % 32;
+  for (unsigned j = warp; j < static_cast<unsigned>(kPerBlock); j += kWarps) {
+    const Index oj = static_cast<Index>(bx) * kPerBlock + j;
+    State acc = op.identity();
+    if (oj < num_out)
+      for (unsigned k = wl; k < splits; k += 32)
+        acc = op.combine(acc, load_partial(&partial[static_cast<Index>(k) * num_out + oj]));
+    acc = dev::warp_allreduce(op, acc);
+    if (wl == 0 && oj < num_out) store(oj, acc);
+  }
+  if (t == 0) tickets[bx] = 0;  // every block of tile bx is done with it
+}
+
+}  // namespace ember::kernels::cuda::fused
