@@ -211,6 +211,24 @@ void Executor::build_steps() {
       }
     }
     if (kind == OpKind::View) continue;  // prebuilt
+    // A GEMM outside any group still goes through the GEMM lowering (MaxAutotune times it).
+    if (cuda && n.group < 0 && n.op == OpId::mm) {
+      auto solo = std::make_unique<Group>();
+      solo->kind = GroupKind::GemmEpilogue;
+      solo->nodes = {static_cast<int32_t>(ni)};
+      solo->inputs = n.inputs;
+      solo->outputs = {n.out};
+      if (auto low = lower_cuda_group({g_, *solo, slots_, plan_})) {
+        Step s;
+        s.kind = StepKind::Lowered;
+        s.cpu_group = static_cast<int32_t>(lowered_.size());
+        stats_.kernels += low->kernels();
+        lowered_.push_back(std::move(low));
+        solo_groups_.push_back(std::move(solo));
+        steps_.push_back(std::move(s));
+        continue;
+      }
+    }
     if (cuda && n.group >= 0 && lowered_[n.group]) {
       if (static_cast<size_t>(g_.groups[n.group].nodes.back()) != ni) continue;
       Step s;
@@ -453,10 +471,14 @@ void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& o
 namespace ember::jit {
 std::vector<std::string> Executor::lowerings() const {
   std::vector<std::string> out;
-  for (size_t i = 0; i < lowered_.size(); ++i)
-    if (lowered_[i])
+  for (size_t i = 0; i < lowered_.size(); ++i) {
+    if (!lowered_[i]) continue;
+    if (i < g_.groups.size())
       out.push_back("group " + std::to_string(i) + " (" + group_kind_name(g_.groups[i].kind) +
                     "): " + lowered_[i]->describe());
+    else
+      out.push_back("gemm: " + lowered_[i]->describe());
+  }
   return out;
 }
 }  // namespace ember::jit

@@ -81,7 +81,9 @@ class Executor {
   std::vector<StoragePtr> arenas_;
   std::vector<Step> steps_;
   std::vector<std::unique_ptr<CpuGroupRunner>> cpu_groups_;
-  std::vector<std::unique_ptr<LoweredGroup>> lowered_;  // per group (CUDA), null: op by op
+  // Per group (CUDA; null: op by op), then one per standalone GEMM (its group in solo_groups_).
+  std::vector<std::unique_ptr<LoweredGroup>> lowered_;
+  std::vector<std::unique_ptr<Group>> solo_groups_;
   // Per input argument: the values whose storage follows it (the root and its views).
   std::vector<std::vector<ValueId>> input_members_;
   // Roots allocated fresh per replay, and the values sharing each.

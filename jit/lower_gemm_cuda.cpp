@@ -69,12 +69,37 @@ bool dense(const Value& v) {
 
 bool match_gemm(const Graph& g, const Group& grp, GemmMatch& out, std::string* why) {
   if (grp.kind != GroupKind::GemmEpilogue) return fail(why, "not a GEMM-epilogue group");
-  if (grp.nodes.size() < 2 || grp.nodes.size() > 3)
+  if (grp.nodes.empty() || grp.nodes.size() > 3)
     return fail(why, "the epilogue is not add [+ relu]");
   const Node& mm = g.nodes[grp.nodes[0]];
-  const Node& add = g.nodes[grp.nodes[1]];
   if (mm.op != OpId::mm || mm.inplace || mm.inputs.size() != 2 || mm.out == kNoValue)
     return fail(why, "the group does not start with an out-of-place mm");
+  if (grp.nodes.size() == 1) {
+    // A lone GEMM (the executor wraps standalone mm nodes): no epilogue, so MaxAutotune can
+    // still choose its algorithm.
+    const Value& va = g.values[mm.inputs[0]];
+    const Value& vb = g.values[mm.inputs[1]];
+    const Value& vp = g.values[mm.out];
+    for (const Value* v : {&va, &vb, &vp}) {
+      if (v->dtype != kFloat32) return fail(why, "not float32");
+      if (!v->device.is_cuda() || v->device != vp.device)
+        return fail(why, "not all on the product's GPU");
+    }
+    if (!gemm_operand(va) || !gemm_operand(vb))
+      return fail(why, "an operand has no unit stride (the eager matmul would copy it)");
+    if (!dense(vp)) return fail(why, "the result is not a dense [M, N] matrix");
+    out.a = mm.inputs[0];
+    out.b = mm.inputs[1];
+    out.bias = kNoValue;
+    out.out = mm.out;
+    out.m = va.shape[0];
+    out.k = va.shape[1];
+    out.n = vb.shape[1];
+    out.relu = false;
+    if (out.m == 0 || out.n == 0 || out.k == 0) return fail(why, "an empty product");
+    return true;
+  }
+  const Node& add = g.nodes[grp.nodes[1]];
   if (add.op != OpId::add || add.inplace || add.inputs.size() != 2 || add.out == kNoValue)
     return fail(why, "the epilogue does not start with an out-of-place add");
   const bool first = add.inputs[0] == mm.out, second = add.inputs[1] == mm.out;
@@ -180,7 +205,9 @@ class LoweredGemm final : public LoweredGroup {
     b_ = matrix(g.values[m.b]);
     const Value& o = g.values[m.out];
     ld_d_ = m.m == 1 ? m.n : o.strides[0];
-    epilogue_ = m.relu ? kc::GemmEpilogue::ReluBias : kc::GemmEpilogue::Bias;
+    epilogue_ = m.bias == kNoValue ? kc::GemmEpilogue::None
+                : m.relu               ? kc::GemmEpilogue::ReluBias
+                                       : kc::GemmEpilogue::Bias;
     what_ =
         join({"cuBLASLt mm ", shape_pair(g, m.a, m.b), " + ", kc::gemm_epilogue_name(epilogue_)});
     if (log_enabled(Log::code)) log(Log::code, join({"gemm lowering: ", what_}));
@@ -199,10 +226,11 @@ class LoweredGemm final : public LoweredGroup {
     }
     c.epilogue = kc::GemmEpilogue::None;
     kc::gemm_epilogue(c);
-    kc::add_bias_rows(device_, kFloat32, c.d, m_.m, m_.n, ld_d_, c.bias, m_.relu);
+    if (m_.bias != kNoValue)
+      kc::add_bias_rows(device_, kFloat32, c.d, m_.m, m_.n, ld_d_, c.bias, m_.relu);
   }
 
-  int32_t kernels() const override { return fallback_ ? 2 : 1; }
+  int32_t kernels() const override { return fallback_ && m_.bias != kNoValue ? 2 : 1; }
 
   std::string describe() const override {
     std::string s = what_;
@@ -240,7 +268,7 @@ class LoweredGemm final : public LoweredGroup {
     c.d = s[m_.out]->data();
     c.ld_d = ld_d_;
     c.epilogue = epilogue_;
-    c.bias = s[m_.bias]->data();
+    c.bias = m_.bias == kNoValue ? nullptr : s[m_.bias]->data();
     return c;
   }
 
@@ -344,6 +372,7 @@ std::optional<std::string> gemm_group_epilogue(const Graph& g, const Group& grou
                                                std::string* why) {
   GemmMatch m;
   if (!match_gemm(g, group, m, why)) return std::nullopt;
+  if (m.bias == kNoValue) return std::string("NONE");
   return std::string(m.relu ? "RELU_BIAS" : "BIAS");
 }
 
