@@ -37,6 +37,9 @@ std::optional<GroupStorage> cuda_lowering_storage(const Graph& g, const Group& g
 // Builds the lowering; null if, after all, there is none (the executor then runs the members
 // one by one, which needs GroupStorage::Materialize: only return null where storage allows).
 std::unique_ptr<LoweredGroup> lower_cuda_group(const LoweringContext& ctx);
+// The generated-kernel lowerings' fallback when a kernel cannot be built: the members run one
+// by one on the eager kernels, internals in buffers of their own (jit/lower_members.cpp).
+std::unique_ptr<LoweredGroup> lower_member_by_member(const LoweringContext& ctx, std::string why);
 
 // Fused pointwise groups (GroupKind::Pointwise) as one kernel generated from the members'
 // functors and compiled with NVRTC (jit/lower_pointwise_cuda.cpp, jit/pointwise_codegen.h).

@@ -143,57 +143,6 @@ class PointwiseLowering final : public LoweredGroup {
 // When the generated kernel cannot be had (NVRTC or the driver refused it), the group still
 // runs, member by member on the eager kernels. The memory plan gave its internals no memory
 // (GroupStorage::None), so they get buffers of their own here, once.
-class MemberByMember final : public LoweredGroup {
- public:
-  MemberByMember(const LoweringContext& ctx, std::string why) : why_(std::move(why)) {
-    const Graph& g = ctx.graph;
-    auto tensor_of = [&](ValueId v) {
-      if (std::find(ctx.group.outputs.begin(), ctx.group.outputs.end(), v) !=
-              ctx.group.outputs.end() ||
-          !is_member_result(g, ctx.group, v))
-        return Tensor(ctx.slots[v]);  // follows the executor's slot
-      for (const auto& [id, t] : scratch_)
-        if (id == v) return t;
-      const Value& val = g.values[v];
-      scratch_.emplace_back(v, make_empty(val.shape, val.dtype, val.device));
-      return scratch_.back().second;
-    };
-    for (int32_t ni : ctx.group.nodes) {
-      const Node& n = g.nodes[ni];
-      Step s;
-      s.op = n.op;
-      s.attrs = n.attrs;
-      for (ValueId in : n.inputs) s.args.push_back(tensor_of(in));
-      s.out = tensor_of(n.out);
-      s.device = g.values[n.out].device;
-      steps_.push_back(std::move(s));
-    }
-  }
-  void run() override {
-    for (const Step& s : steps_) run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
-  }
-  int32_t kernels() const override { return static_cast<int32_t>(steps_.size()); }
-  std::string describe() const override {
-    return "member by member (no generated kernel: " + why_ + ")";
-  }
-
- private:
-  static bool is_member_result(const Graph& g, const Group& grp, ValueId v) {
-    for (int32_t ni : grp.nodes)
-      if (g.nodes[ni].out == v) return true;
-    return false;
-  }
-  struct Step {
-    OpId op = OpId::neg;
-    Attrs attrs;
-    std::vector<Tensor> args;
-    Tensor out;
-    Device device;
-  };
-  std::string why_;
-  std::vector<std::pair<ValueId, Tensor>> scratch_;
-  std::vector<Step> steps_;
-};
 #endif
 
 }  // namespace
@@ -221,7 +170,7 @@ std::unique_ptr<LoweredGroup> lower_pointwise_cuda(const LoweringContext& ctx) {
     log(Log::perf, std::string("fused pointwise kernel unavailable, running the group member by "
                                "member: ") +
                        e.what());
-    return std::make_unique<MemberByMember>(ctx, e.what());
+    return lower_member_by_member(ctx, std::string("no generated kernel: ") + e.what());
   }
 #else
   (void)ctx;

@@ -125,56 +125,6 @@ class ReductionLowering final : public LoweredGroup {
 // When the generated kernel cannot be had, the group runs member by member on the eager
 // kernels; its internals got no memory from the plan (GroupStorage::None), so they get buffers
 // here, once. (The same scheme as the pointwise lowering's fallback.)
-class MemberByMember final : public LoweredGroup {
- public:
-  MemberByMember(const LoweringContext& ctx, std::string why) : why_(std::move(why)) {
-    const Graph& g = ctx.graph;
-    auto member = [&](ValueId v) {
-      for (int32_t ni : ctx.group.nodes)
-        if (g.nodes[ni].out == v) return true;
-      return false;
-    };
-    auto tensor_of = [&](ValueId v) {
-      const auto& outs = ctx.group.outputs;
-      if (std::find(outs.begin(), outs.end(), v) != outs.end() || !member(v))
-        return Tensor(ctx.slots[v]);
-      for (const auto& [id, t] : scratch_)
-        if (id == v) return t;
-      const Value& val = g.values[v];
-      scratch_.emplace_back(v, make_empty(val.shape, val.dtype, val.device));
-      return scratch_.back().second;
-    };
-    for (int32_t ni : ctx.group.nodes) {
-      const Node& n = g.nodes[ni];
-      Step s;
-      s.op = n.op;
-      s.attrs = n.attrs;
-      for (ValueId in : n.inputs) s.args.push_back(tensor_of(in));
-      s.out = tensor_of(n.out);
-      s.device = g.values[n.out].device;
-      steps_.push_back(std::move(s));
-    }
-  }
-  void run() override {
-    for (const Step& s : steps_) run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
-  }
-  int32_t kernels() const override { return static_cast<int32_t>(steps_.size()); }
-  std::string describe() const override {
-    return "member by member (no generated reduction kernel: " + why_ + ")";
-  }
-
- private:
-  struct Step {
-    OpId op = OpId::neg;
-    Attrs attrs;
-    std::vector<Tensor> args;
-    Tensor out;
-    Device device;
-  };
-  std::string why_;
-  std::vector<std::pair<ValueId, Tensor>> scratch_;
-  std::vector<Step> steps_;
-};
 #endif
 
 }  // namespace
@@ -202,7 +152,7 @@ std::unique_ptr<LoweredGroup> lower_reduction_cuda(const LoweringContext& ctx) {
     log(Log::perf, std::string("fused reduction kernel unavailable, running the group member by "
                                "member: ") +
                        e.what());
-    return std::make_unique<MemberByMember>(ctx, e.what());
+    return lower_member_by_member(ctx, std::string("no generated reduction kernel: ") + e.what());
   }
 #else
   (void)ctx;
