@@ -18,17 +18,8 @@
 #include "core/error.h"
 
 namespace ember::jit {
-namespace {
 
-// Concatenation through a stream (GCC 12 warns falsely on `"x" + std::to_string(n)`).
-template <class... A>
-std::string str(const A&... a) {
-  std::ostringstream os;
-  (os << ... << a);
-  return os.str();
-}
-
-const char* storage_type(DType t) {
+const char* cuda_storage_type(DType t) {
   switch (t) {
     case DType::Float32:
       return "float";
@@ -47,9 +38,20 @@ const char* storage_type(DType t) {
   }
   return "?";
 }
+
+namespace {
+
+// Concatenation through a stream (GCC 12 warns falsely on `"x" + std::to_string(n)`).
+template <class... A>
+std::string str(const A&... a) {
+  std::ostringstream os;
+  (os << ... << a);
+  return os.str();
+}
+
 // The eager kernels' compute type (ew::compute_t): 16-bit floats compute in float.
 const char* compute_type(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16 ? "float" : storage_type(t);
+  return t == DType::Float16 || t == DType::BFloat16 ? "float" : cuda_storage_type(t);
 }
 
 std::string hex_bits(double d) {
@@ -327,12 +329,12 @@ class Writer {
     bool first = true;
     for (const Op& o : ops_) {
       if (o.info.output) continue;
-      os << (first ? "" : ", ") << storage_type(o.dtype) << " " << o.param;
+      os << (first ? "" : ", ") << cuda_storage_type(o.dtype) << " " << o.param;
       first = false;
     }
     for (const Op& o : ops_) {
       if (!o.info.output) continue;
-      os << (first ? "" : ", ") << storage_type(o.dtype) << "& " << o.param;
+      os << (first ? "" : ", ") << cuda_storage_type(o.dtype) << "& " << o.param;
       first = false;
     }
     os << ") {\n";
@@ -351,20 +353,20 @@ class Writer {
       for (size_t i = 0; i < n.inputs.size(); ++i) args += (i ? ", " : "") + name(n.inputs[i]);
       std::string expr;
       if (n.op == OpId::cast) {
-        expr = std::string("ew::CastOp<") + storage_type(out) + ">{}(" + args + ")";
+        expr = std::string("ew::CastOp<") + cuda_storage_type(out) + ">{}(" + args + ")";
       } else if (n.op == OpId::where) {
-        expr = std::string("ew::WhereOp<") + compute_type(out) + ", " + storage_type(out) + ">{}(" +
-               args + ")";
+        expr = std::string("ew::WhereOp<") + compute_type(out) + ", " + cuda_storage_type(out) +
+               ">{}(" + args + ")";
       } else {
         const DType in = g_.values[n.inputs[0]].dtype;
         const std::string f = functor_of(n);
         expr = "ew::ComputeOp<" + f.substr(0, f.find('{')) + ", " + compute_type(in) + ", " +
-               storage_type(out) + ">{" + f + "}(" + args + ")";
+               cuda_storage_type(out) + ">{" + f + "}(" + args + ")";
       }
       const bool kept = out == kFloat32 || out == kFloat64 || out == kInt32 || out == kInt64;
       if (kept && std::count(read_inside.begin(), read_inside.end(), n.out) > 0)
         expr = "fp::keep(" + expr + ")";
-      os << "  const " << storage_type(out) << " v" << n.out << " = " << expr << ";  // "
+      os << "  const " << cuda_storage_type(out) << " v" << n.out << " = " << expr << ";  // "
          << op_name(n.op) << "\n";
     }
     for (const Op& o : ops_)
@@ -373,7 +375,7 @@ class Writer {
   }
 
   std::string scalar_expr(const Op& o) const {
-    return std::string("ew::FromBits<") + storage_type(o.dtype) + ">::get(a.s[" +
+    return std::string("ew::FromBits<") + cuda_storage_type(o.dtype) + ">::get(a.s[" +
            std::to_string(o.info.slot - pointers_) + "])";
   }
 
@@ -385,7 +387,7 @@ class Writer {
     coordinates(os, "i", "    ");
     for (int32_t k = 0; k < pointers_; ++k) {
       const Op& o = ops_[k];
-      if (o.info.output) os << "    " << storage_type(o.dtype) << " " << o.param << ";\n";
+      if (o.info.output) os << "    " << cuda_storage_type(o.dtype) << " " << o.param << ";\n";
     }
     os << "    body(";
     bool first = true;
@@ -396,7 +398,7 @@ class Writer {
       if (o.info.scalar)
         os << scalar_expr(o);
       else
-        os << "fp::load<" << storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
+        os << "fp::load<" << cuda_storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
            << offset(o.info.slot) << ")";
     }
     for (const Op& o : ops_)
@@ -404,7 +406,7 @@ class Writer {
     os << ");\n";
     for (const Op& o : ops_)
       if (o.info.output)
-        os << "    fp::store<" << storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
+        os << "    fp::store<" << cuda_storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
            << offset(o.info.slot) << ", " << o.param << ");\n";
     os << "  }\n};\n\n";
   }
@@ -420,7 +422,7 @@ class Writer {
        << lit(vec_) << ";\n";
     coordinates(os, "i", "    ");
     for (const Op& o : ops_) {
-      const char* t = storage_type(o.dtype);
+      const char* t = cuda_storage_type(o.dtype);
       os << "    " << t << " " << o.param << "[" << v << "];\n";
       if (o.info.output) continue;
       if (o.info.scalar) {

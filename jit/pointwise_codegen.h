@@ -55,4 +55,8 @@ bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string*
 // The kernel for a supported group (throws ember::Error otherwise).
 FusedPointwiseKernel generate_pointwise_kernel(const Graph& g, const Group& group);
 
+// The device storage type generated code names for a dtype ("float", "__half", "int64_t", ...);
+// shared with the reduction generator.
+const char* cuda_storage_type(DType t);
+
 }  // namespace ember::jit

@@ -22,26 +22,6 @@ std::string str(const A&... a) {
   return os.str();
 }
 
-const char* storage_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return "float";
-    case DType::Float64:
-      return "double";
-    case DType::Float16:
-      return "__half";
-    case DType::BFloat16:
-      return "__nv_bfloat16";
-    case DType::Int32:
-      return "int32_t";
-    case DType::Int64:
-      return "int64_t";
-    case DType::Bool:
-      return "bool";
-  }
-  return "?";
-}
-
 bool is_reduction_op(OpId op) {
   return op == OpId::sum || op == OpId::mean || op == OpId::amax || op == OpId::amin;
 }
@@ -366,7 +346,7 @@ class Writer {
        << "constexpr unsigned kBlocksX = " << blocks_x_ << "u;\n"
        << "constexpr unsigned kSplits = " << splits_ << "u;\n"
        << "typedef " << acc_ << " Acc;\n"
-       << "typedef " << storage_type(out_dtype_) << " Out;\n";
+       << "typedef " << cuda_storage_type(out_dtype_) << " Out;\n";
     const bool sum = red_.op == OpId::sum || red_.op == OpId::mean;
     os << "typedef dev::" << (sum ? "SumOp" : "MinMaxOp") << "<Acc> Op;\n\n"
        << "// Pointers of the outputs (the reduction's result first) and inputs, the inline\n"
@@ -388,7 +368,7 @@ class Writer {
     coordinates(os, keep_dims_, "o", "ck");
     coordinates(os, red_dims_, "r", "cr");
     for (const auto& [v, name] : out_locals_)
-      os << "    " << storage_type(g_.values[v].dtype) << " " << name << ";\n";
+      os << "    " << cuda_storage_type(g_.values[v].dtype) << " " << name << ";\n";
     os << "    body(";
     bool first = true;
     for (const auto& [v, name] : in_params_) {
@@ -396,10 +376,10 @@ class Writer {
       first = false;
       const Op& o = op_of(v);
       if (o.info.scalar)
-        os << "ew::FromBits<" << storage_type(o.dtype) << ">::get(a.s[" << o.info.slot - pointers_
-           << "])";
+        os << "ew::FromBits<" << cuda_storage_type(o.dtype) << ">::get(a.s["
+           << o.info.slot - pointers_ << "])";
       else
-        os << "fp::load<" << storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
+        os << "fp::load<" << cuda_storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
            << offset(o.info.slot, true) << ")";
     }
     for (const auto& [v, name] : out_locals_) os << (first ? "" : ", ") << name, first = false;
@@ -407,8 +387,8 @@ class Writer {
     for (int32_t k = 1; k < pointers_; ++k) {
       const Op& o = ops_[k];
       if (!o.info.output) continue;
-      os << "    fp::store<" << storage_type(o.dtype) << ">(a.p[" << k << "], " << offset(k, true)
-         << ", " << o.param << ");\n";
+      os << "    fp::store<" << cuda_storage_type(o.dtype) << ">(a.p[" << k << "], "
+         << offset(k, true) << ", " << o.param << ");\n";
     }
     // keep: the reduced member's rounding stays its own (no contraction into the fold).
     os << "    return dev::to_acc<Acc>(fp::keep(" << reduced_local_ << "));\n  }\n};\n\n";
