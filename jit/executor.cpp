@@ -8,6 +8,7 @@
 #include "core/philox.h"
 #include "jit/cpu_group.h"
 #include "jit/lower.h"
+#include "kernels/blas_layout.h"
 
 namespace ember::jit {
 namespace {
@@ -92,9 +93,8 @@ void Executor::check_graph_support() {
   auto gemm_ready = [&](ValueId id) {
     const Value& v = g_.values[id];
     const int nd = v.shape.size();
-    if (nd < 2) return false;
-    const int64_t rs = v.strides[nd - 2], cs = v.strides[nd - 1];
-    return cs == 1 || rs == 1 || v.shape[nd - 1] == 1 || v.shape[nd - 2] == 1;
+    return nd >= 2 && kernels::blas_readable(v.shape[nd - 2], v.shape[nd - 1], v.strides[nd - 2],
+                                             v.strides[nd - 1]);
   };
   for (const Node& n : g_.nodes) {
     if (op_info(n.op).kind == OpKind::Matmul &&

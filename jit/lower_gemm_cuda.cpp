@@ -15,6 +15,7 @@
 
 #include "jit/log.h"
 #include "jit/lower.h"
+#include "kernels/blas_layout.h"
 #if defined(EMBER_WITH_CUDA)
 #include "kernels/cuda/cross_entropy_fused.h"
 #include "kernels/cuda/gemm_epilogue.h"
@@ -54,9 +55,7 @@ bool fail(std::string* why, std::string msg) {
 // the staging copy it may make).
 bool gemm_operand(const Value& v) {
   if (v.shape.size() != 2) return false;
-  const int64_t R = v.shape[0], C = v.shape[1], sr = v.strides[0], sc = v.strides[1];
-  return ((C == 1 || sc == 1) && (R == 1 || sr >= std::max<int64_t>(C, 1))) ||
-         ((R == 1 || sr == 1) && (C == 1 || sc >= std::max<int64_t>(R, 1)));
+  return kernels::blas_readable(v.shape[0], v.shape[1], v.strides[0], v.strides[1]);
 }
 
 // Row-major dense (strides of size-1 dims do not matter).
@@ -206,8 +205,8 @@ class LoweredGemm final : public LoweredGroup {
     const Value& o = g.values[m.out];
     ld_d_ = m.m == 1 ? m.n : o.strides[0];
     epilogue_ = m.bias == kNoValue ? kc::GemmEpilogue::None
-                : m.relu               ? kc::GemmEpilogue::ReluBias
-                                       : kc::GemmEpilogue::Bias;
+                : m.relu           ? kc::GemmEpilogue::ReluBias
+                                   : kc::GemmEpilogue::Bias;
     what_ =
         join({"cuBLASLt mm ", shape_pair(g, m.a, m.b), " + ", kc::gemm_epilogue_name(epilogue_)});
     if (log_enabled(Log::code)) log(Log::code, join({"gemm lowering: ", what_}));

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/ops.h"
+#include "kernels/blas_layout.h"
 #include "kernels/cuda/gemm_epilogue.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
@@ -58,35 +59,7 @@ bool uses_aux(GemmEpilogue e) {
   return e == GemmEpilogue::ReluAuxBias || e == GemmEpilogue::DReluBGrad;
 }
 
-// How one operand reaches cuBLASLt: the stored column-major matrix and whether to transpose it.
-struct LtOperand {
-  bool trans = false;
-  int64_t rows = 0, cols = 0, ld = 0;
-};
-
-// Describes X^T, for X[R, C] with element strides (sr, sc), as cuBLASLt sees it. False when
-// neither orientation has a unit stride.
-bool describe_transposed(int64_t R, int64_t C, int64_t sr, int64_t sc, LtOperand& op) {
-  if ((C == 1 || sc == 1) && (R == 1 || sr >= std::max<int64_t>(C, 1))) {
-    // Row-major in memory: X^T is column-major [C, R] with ld sr.
-    op = {false, C, R, R == 1 ? std::max<int64_t>(C, 1) : sr};
-    return true;
-  }
-  if ((R == 1 || sr == 1) && (C == 1 || sc >= std::max<int64_t>(R, 1))) {
-    // Column-major in memory (a transposed view): X is column-major [R, C] with ld sc.
-    op = {true, R, C, C == 1 ? std::max<int64_t>(R, 1) : sc};
-    return true;
-  }
-  return false;
-}
-
-// Largest power of two (up to 256) dividing the address.
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 256;
-  while (al > 1 && (a % al) != 0) al >>= 1;
-  return al;
-}
+using LtOperand = BlasLayout;  // kernels/blas_layout.h
 
 struct Key {
   int device;

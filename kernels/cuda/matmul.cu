@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/ops.h"
+#include "kernels/blas_layout.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
@@ -25,36 +26,11 @@ void check_cublas(cublasStatus_t st, const char* call, const char* op) {
               " (", cublasLtGetStatusString(st), ")");
 }
 
-// How one operand reaches cuBLASLt: the stored column-major matrix (rows x cols, leading
-// dimension ld) and whether cuBLASLt must transpose it.
-struct Operand {
+// How one operand reaches cuBLASLt (kernels/blas_layout.h), with its pointer and batch stride.
+struct Operand : BlasLayout {
   const void* ptr = nullptr;
-  bool trans = false;
-  int64_t rows = 0, cols = 0, ld = 0;
   int64_t batch_stride = 0;
 };
-
-// For a row-major-indexed matrix X[R,C] with strides (sr, sc), describes X^T as cuBLASLt sees
-// it. Returns false when neither orientation has a unit stride (the caller copies).
-bool describe_transposed(int64_t R, int64_t C, int64_t sr, int64_t sc, Operand& op) {
-  // Row-major in memory: X^T is column-major [C, R] with ld sr.
-  if ((C == 1 || sc == 1) && (R == 1 || sr >= std::max<int64_t>(C, 1))) {
-    op.trans = false;
-    op.rows = C;
-    op.cols = R;
-    op.ld = R == 1 ? std::max<int64_t>(C, 1) : sr;
-    return true;
-  }
-  // Column-major in memory (a transposed view): X is column-major [R, C] with ld sc.
-  if ((R == 1 || sr == 1) && (C == 1 || sc >= std::max<int64_t>(R, 1))) {
-    op.trans = true;
-    op.rows = R;
-    op.cols = C;
-    op.ld = C == 1 ? std::max<int64_t>(R, 1) : sc;
-    return true;
-  }
-  return false;
-}
 
 // A contiguous copy made with the CUDA cast kernel directly (not through dispatch, so the
 // tracer and autograd never see this internal copy).
@@ -82,14 +58,6 @@ Operand make_operand(const Tensor& t, Tensor& keep) {
   op.ptr = keep.raw_data();
   op.batch_stride = nd == 3 && t.size(0) > 1 ? R * C : 0;
   return op;
-}
-
-// Largest power of two (up to 256) dividing the address: cuBLASLt assumes 256 unless told.
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 256;
-  while (al > 1 && (a % al) != 0) al >>= 1;
-  return al;
 }
 
 struct GemmKey {
