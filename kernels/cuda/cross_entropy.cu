@@ -1,12 +1,49 @@
-// Launchers of cross_entropy.cuh (cross_entropy and cross_entropy_backward).
+// Launchers of cross_entropy.cuh: the eager cross_entropy and cross_entropy_backward, and the
+// fused pair the JIT's CrossEntropy lowering calls (cross_entropy_fused.h).
 #include <algorithm>
 #include <type_traits>
 
 #include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cross_entropy_fused.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_util.h"
 
 namespace ember::kernels::cuda {
+namespace {
+
+// The one launch shape of cross_entropy_rows_kernel: a warp per row up to 1024 classes (8 rows
+// per block), then wider groups. `loss` or `dx` null: that half is not computed.
+void launch_rows(DType dtype, const void* logits, const int64_t* target, const void* grad,
+                 int64_t grad_stride, void* loss, void* dx, int64_t N, int64_t C,
+                 int64_t ignore_index, double smoothing, int device, const char* name) {
+  cudaStream_t s = stream(device);
+  DeviceErrorFlag* flag = device_error_flag(device);
+  const int64_t per_row = C <= 1024 ? 32 : C <= 8192 ? 256 : 1024;
+  const dim3 block(static_cast<unsigned>(per_row),
+                   static_cast<unsigned>(std::max<int64_t>(1, 256 / per_row)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(N, block.y)));
+  visit_float_dtype(dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const auto* x = static_cast<const T*>(logits);
+    const auto* g = static_cast<const T*>(grad);
+    auto* l = static_cast<T*>(loss);
+    auto* d = static_cast<T*>(dx);
+    const Acc e = static_cast<Acc>(smoothing);
+    if (d == nullptr)
+      dev::cross_entropy_rows_kernel<T, Acc, true, false>
+          <<<grid, block, 0, s>>>(x, target, g, grad_stride, l, d, N, C, ignore_index, e, flag);
+    else if (l == nullptr)
+      dev::cross_entropy_rows_kernel<T, Acc, false, true>
+          <<<grid, block, 0, s>>>(x, target, g, grad_stride, l, d, N, C, ignore_index, e, flag);
+    else
+      dev::cross_entropy_rows_kernel<T, Acc, true, true>
+          <<<grid, block, 0, s>>>(x, target, g, grad_stride, l, d, N, C, ignore_index, e, flag);
+    check_launch(name);
+  });
+}
+
+}  // namespace
 
 void cross_entropy(const KernelCall& call) {
   const bool backward = call.op == OpId::cross_entropy_backward;
@@ -18,33 +55,29 @@ void cross_entropy(const KernelCall& call) {
   if (N == 0) return;
   EMBER_CHECK(logits.is_contiguous() && target.is_contiguous() && out.is_contiguous(), name,
               ": CUDA kernel needs contiguous logits, target and output");
-  const int device = out.device().index;
-  cudaStream_t s = stream(device);
-  DeviceErrorFlag* flag = device_error_flag(device);
-  // A warp per row up to 1024 classes (8 rows per block), then wider groups.
-  const int64_t per_row = C <= 1024 ? 32 : C <= 8192 ? 256 : 1024;
-  const dim3 block(static_cast<unsigned>(per_row),
-                   static_cast<unsigned>(std::max<int64_t>(1, 256 / per_row)));
-  const dim3 grid(static_cast<unsigned>(ceil_div(N, block.y)));
-  visit_float_dtype(logits.dtype(), name, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const Acc e = static_cast<Acc>(call.attrs.label_smoothing);
-    const T* x = static_cast<const T*>(logits.raw_data());
-    const int64_t* t = static_cast<const int64_t*>(target.raw_data());
-    T* y = static_cast<T*>(out.raw_data());
-    if (backward) {
-      const Tensor& grad = call.inputs[0];
-      const int64_t gs = grad.dim() == 0 ? 0 : grad.stride(0);
-      dev::cross_entropy_backward_kernel<T, Acc>
-          <<<grid, block, 0, s>>>(static_cast<const T*>(grad.raw_data()), gs, x, t, y, N, C,
-                                  call.attrs.ignore_index, e, flag);
-    } else {
-      dev::cross_entropy_kernel<T, Acc>
-          <<<grid, block, 0, s>>>(x, t, y, N, C, call.attrs.ignore_index, e, flag);
-    }
-    check_launch(name);
-  });
+  const int64_t* t = static_cast<const int64_t*>(target.raw_data());
+  if (backward) {
+    const Tensor& grad = call.inputs[0];
+    const int64_t gs = grad.dim() == 0 ? 0 : grad.stride(0);
+    launch_rows(logits.dtype(), logits.raw_data(), t, grad.raw_data(), gs, nullptr, out.raw_data(),
+                N, C, call.attrs.ignore_index, call.attrs.label_smoothing, out.device().index,
+                name);
+  } else {
+    launch_rows(logits.dtype(), logits.raw_data(), t, nullptr, 0, out.raw_data(), nullptr, N, C,
+                call.attrs.ignore_index, call.attrs.label_smoothing, out.device().index, name);
+  }
+}
+
+void cross_entropy_fused(const CrossEntropyFusedCall& call) {
+  const char* name = "cross_entropy_fused";
+  EMBER_CHECK(call.n >= 0 && call.c > 0, name, ": bad shape [", call.n, ",", call.c, "]");
+  if (call.n == 0) return;
+  EMBER_CHECK(call.logits && call.target && call.grad && call.dlogits, name,
+              ": null logits, target, grad or dlogits");
+  DeviceGuard guard(call.device);
+  launch_rows(call.dtype, call.logits, call.target, call.grad, call.grad_stride, call.loss,
+              call.dlogits, call.n, call.c, call.ignore_index, call.label_smoothing, call.device,
+              name);
 }
 
 }  // namespace ember::kernels::cuda

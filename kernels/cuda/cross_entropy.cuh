@@ -12,61 +12,52 @@
 
 namespace ember::kernels::cuda::dev {
 
-// blockDim = (threads per row: a multiple of 32, rows per block). `smoothing` is e.
-template <class T, class Acc>
-__global__ void cross_entropy_kernel(const T* __restrict__ logits,
-                                     const int64_t* __restrict__ target, T* __restrict__ out,
-                                     int64_t N, int64_t C, int64_t ignore_index, Acc smoothing,
-                                     DeviceErrorFlag* flag) {
+// blockDim = (threads per row: a multiple of 32, rows per block). One kernel serves the eager
+// forward (kLoss), the eager backward (kGrad) and the JIT's fused pair (both): the same threads
+// fold the same elements in the same order in every variant, so the fused pair equals the eager
+// kernels bit for bit by construction. grad[row * grad_stride] is the incoming gradient of row's
+// loss (stride 0: a mean's expanded scalar); `smoothing` is e. A target equal to ignore_index
+// gives a zero loss and a zero row; one outside [0, C) raises the device error flag (once per
+// row) and gives the same zeros.
+template <class T, class Acc, bool kLoss, bool kGrad>
+__global__ void cross_entropy_rows_kernel(const T* __restrict__ logits,
+                                          const int64_t* __restrict__ target,
+                                          const T* __restrict__ grad, int64_t grad_stride,
+                                          T* __restrict__ loss, T* __restrict__ dx, int64_t N,
+                                          int64_t C, int64_t ignore_index, Acc smoothing,
+                                          DeviceErrorFlag* flag) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const LseOp<Acc> op;
   LseState<Acc> st = op.identity();
   const T* x = logits + row * C;
   if (row < N) fold_contiguous<LseOp<Acc>, Acc>(op, st, x, 0, C, threadIdx.x, blockDim.x);
   st = row_allreduce(op, st);
-  // The row sum only matters with smoothing; the branch is uniform over the grid, so every
-  // thread still reaches row_allreduce's barriers.
+  // The row sum only matters to the smoothed loss; the branch is uniform over the grid, so
+  // every thread still reaches row_allreduce's barriers.
   Acc sum = Acc(0);
-  if (smoothing != Acc(0)) {
+  if (kLoss && smoothing != Acc(0)) {
     const SumOp<Acc> sum_op;
     if (row < N) fold_contiguous<SumOp<Acc>, Acc>(sum_op, sum, x, 0, C, threadIdx.x, blockDim.x);
     sum = row_allreduce(sum_op, sum);
   }
-  if (row >= N || threadIdx.x != 0) return;
+  if (row >= N) return;
   const int64_t t = target[row];
-  Acc loss = Acc(0);
-  if (t != ignore_index) {
-    if (t < 0 || t >= C) {
-      raise_device_error(flag, kCrossEntropyTarget, t, C);
-    } else {
-      loss = op.value(st) - (Acc(1) - smoothing) * to_acc<Acc>(x[t]);
-      if (smoothing != Acc(0)) loss -= smoothing / static_cast<Acc>(C) * sum;
+  const bool ignored = t == ignore_index;
+  const bool bad = !ignored && (t < 0 || t >= C);
+  if (threadIdx.x == 0) {
+    if (bad) raise_device_error(flag, kCrossEntropyTarget, t, C);
+    if (kLoss && loss != nullptr) {
+      Acc l = Acc(0);
+      if (!ignored && !bad) {
+        l = op.value(st) - (Acc(1) - smoothing) * to_acc<Acc>(x[t]);
+        if (smoothing != Acc(0)) l -= smoothing / static_cast<Acc>(C) * sum;
+      }
+      loss[row] = from_acc<T>(l);
     }
   }
-  out[row] = from_acc<T>(loss);
-}
-
-// Same launch shape as the forward. grad is read at row * grad_stride (a mean's backward hands
-// an expanded scalar, stride 0); dx is contiguous [N, C].
-template <class T, class Acc>
-__global__ void cross_entropy_backward_kernel(const T* __restrict__ grad, int64_t grad_stride,
-                                              const T* __restrict__ logits,
-                                              const int64_t* __restrict__ target,
-                                              T* __restrict__ dx, int64_t N, int64_t C,
-                                              int64_t ignore_index, Acc smoothing,
-                                              DeviceErrorFlag* flag) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const LseOp<Acc> op;
-  LseState<Acc> st = op.identity();
-  const T* x = logits + row * C;
-  if (row < N) fold_contiguous<LseOp<Acc>, Acc>(op, st, x, 0, C, threadIdx.x, blockDim.x);
-  st = row_allreduce(op, st);
-  if (row >= N) return;
+  if (!kGrad) return;
   T* o = dx + row * C;
-  const int64_t t = target[row];
-  const bool bad = t != ignore_index && (t < 0 || t >= C);
-  if (bad && threadIdx.x == 0) raise_device_error(flag, kCrossEntropyTarget, t, C);
-  if (t == ignore_index || bad) {
+  if (ignored || bad) {
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) o[j] = from_acc<T>(Acc(0));
     return;
   }

@@ -1,5 +1,6 @@
 #pragma once
-// The fused softmax-cross-entropy forward + backward (cross_entropy_fused.cuh) as a host call
+// The fused softmax-cross-entropy forward + backward (cross_entropy.cuh's row kernel computing
+// both halves; implemented in cross_entropy.cu) as a host call
 // without CUDA types, for the JIT's CrossEntropy lowering (jit/lower_gemm_cuda.cpp).
 #include <cstdint>
 
