@@ -7,21 +7,6 @@
 #include "core/dispatch.h"
 
 namespace ember::jit {
-namespace {
-
-std::shared_ptr<TensorImpl> clone_impl(const TensorImpl& t) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage;
-  impl->sizes = t.sizes;
-  impl->strides = t.strides;
-  impl->offset = t.offset;
-  impl->dtype = t.dtype;
-  impl->device = t.device;
-  impl->wrapped_number = t.wrapped_number;
-  return impl;
-}
-
-}  // namespace
 
 CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
                                const std::vector<std::shared_ptr<TensorImpl>>& slots,
@@ -46,7 +31,7 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
     if (it != chunk_of.end()) return it->second;
     Chunked c;
     c.full = slots[v];
-    c.chunk = clone_impl(*slots[v]);
+    c.chunk = Tensor(slots[v]).detach().impl_ptr();  // its own handle on the same memory
     const TensorImpl& t = *slots[v];
     // Sliced along rows when it has the group's leading dim; otherwise it broadcasts whole.
     if (!shape_.empty() && t.sizes.size() == shape_.size() && t.sizes[0] == rows_ && rows_ > 1)

@@ -23,19 +23,6 @@ std::shared_ptr<TensorImpl> impl_for(const Value& v) {
   return impl;
 }
 
-// A handle of its own on the same memory, so the caller's tensor never changes under it when
-// the executor re-points its slots.
-Tensor detached_copy(const TensorImpl& t) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage;
-  impl->sizes = t.sizes;
-  impl->strides = t.strides;
-  impl->offset = t.offset;
-  impl->dtype = t.dtype;
-  impl->device = t.device;
-  return Tensor(std::move(impl));
-}
-
 bool computes_on_cuda(const Graph& g) {
   for (const Node& n : g.nodes)
     if (n.out != kNoValue && g.values[n.out].device.is_cuda()) return true;
@@ -166,7 +153,7 @@ void Executor::build_slots() {
     if (e.value == kNoValue || plan_.fresh[g_.values[e.value].root]) {
       grad_tensors_.emplace_back();  // cleared, or rebuilt per replay
     } else {
-      grad_tensors_.push_back(detached_copy(*slots_[e.value]));
+      grad_tensors_.push_back(Tensor(slots_[e.value]).detach());
     }
   }
   for (const Tensor& s : g_.state) {
@@ -336,7 +323,7 @@ void Executor::apply_effects() {
     } else if (grad_tensors_[i].defined()) {
       param.set_grad(grad_tensors_[i]);
     } else {
-      param.set_grad(detached_copy(*slots_[e.value]));
+      param.set_grad(Tensor(slots_[e.value]).detach());
     }
   }
 }
@@ -376,7 +363,7 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
     if (g_.values[v.root].kind == ValueKind::Constant) {
       outputs.push_back(Tensor(slots_[o]).clone());  // never hand out the frozen constant
     } else {
-      outputs.push_back(detached_copy(*slots_[o]));
+      outputs.push_back(Tensor(slots_[o]).detach());
     }
   }
   // Drop this call's arguments and returned memory from the slots: holding them would keep a
@@ -450,7 +437,7 @@ void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& o
   copies.assign(static_fresh_.size(), nullptr);  // sized at capture: no allocation here
   for (ValueId o : g_.outputs) {
     const ValueId r = g_.values[o].root;
-    Tensor t = detached_copy(*slots_[o]);
+    Tensor t = Tensor(slots_[o]).detach();
     for (size_t f = 0; f < fresh_roots_.size(); ++f) {
       if (fresh_roots_[f] != r) continue;
       if (!copies[f]) {
