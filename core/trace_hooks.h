@@ -21,13 +21,9 @@ struct TraceHooks {
   void (*on_grad_set)(const Tensor& param, const Tensor& grad) = nullptr;
 };
 
-namespace detail {
-extern thread_local const TraceHooks* t_trace_hooks;
-}
+// detail::t_trace_hooks and note_host_read are declared in core/tensor.h (its inline accessors
+// call them).
 inline const TraceHooks* trace_hooks() { return detail::t_trace_hooks; }
 inline void set_trace_hooks(const TraceHooks* hooks) { detail::t_trace_hooks = hooks; }
-
-// Out-of-line so tensor.h's inline accessors stay light.
-void note_host_read(const Tensor& t, const char* what, const std::source_location& where);
 
 }  // namespace ember
