@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace ember::cuda {
 
@@ -39,5 +40,28 @@ void begin_capture(int device);
 GraphPtr end_capture(int device);  // also ends a capture that failed, then throws
 void launch_graph(Graph& graph, int device);
 int64_t graph_node_count(const Graph& graph);
+
+// Device time of each part of a queued sequence, for profiles (EMBER_LOGS=perf). hold() queues
+// a kernel that keeps the stream busy for `ms`, so what is queued behind it runs back to back
+// once it ends: the time between two marks is then device time, not the host's launch gaps.
+class Timeline {
+ public:
+  Timeline(int device, int marks);  // marks 0..marks-1, recorded on the device's stream
+  ~Timeline();
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+  void hold(double ms);
+  void mark(int i);
+  // Waits for the stream; microseconds from mark i-1 to mark i (element 0 is 0).
+  std::vector<double> elapsed_us();
+  // Whether the host queued every mark before the hold ended (if not, gaps are included).
+  bool held_through() const;
+  // Host time from the hold to the last mark: how long queuing the sequence took.
+  double queued_us() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace ember::cuda

@@ -8,6 +8,7 @@
 // between calls shows up as a difference and is a graph break.
 #include "jit/compile.h"
 
+#include <chrono>
 #include <sstream>
 
 #include "autograd/grad_mode.h"
@@ -184,7 +185,10 @@ struct CompiledCore::Impl {
   void build(Entry& e, Graph g) {
     if (log_enabled(Log::graph)) log(Log::graph, options.name + ": traced graph\n" + g.str());
     if (!e.prev) e.prev = std::make_unique<Graph>(g);  // kept as the raw trace
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     const std::vector<PassReport> reports = optimize(g);
+    const auto t1 = Clock::now();
     if (log_enabled(Log::fusion)) {
       std::ostringstream os;
       os << options.name << ": passes";
@@ -198,12 +202,18 @@ struct CompiledCore::Impl {
     last_graph = g.str();
     if (log_enabled(Log::graph)) log(Log::graph, options.name + ": optimized graph\n" + last_graph);
     e.exec = std::make_unique<Executor>(std::move(g), executor_options());
+    const auto t2 = Clock::now();
     e.state = Entry::State::Compiled;
     log(Log::cache, options.name + ": stored an executable (" + std::to_string(entries.size()) +
                         " signatures cached)");
     e.raw = std::move(e.prev);
     ++stats.executables;
     if (log_enabled(Log::perf)) {
+      const auto ms = [](Clock::duration d) {
+        return std::to_string(std::chrono::duration<double, std::milli>(d).count());
+      };
+      log(Log::perf, options.name + ": built in " + ms(t2 - t0) + " ms (passes " + ms(t1 - t0) +
+                         " ms, memory plan + lowering " + ms(t2 - t1) + " ms)");
       const ExecutorStats& s = e.exec->stats();
       log(Log::perf, options.name + ": executable " + std::to_string(s.steps) + " steps, " +
                          std::to_string(s.kernels) + " kernel calls per replay, arena " +
@@ -350,8 +360,16 @@ struct CompiledCore::Impl {
     for (size_t i = 0; i < tensors.size(); ++i)
       tracer->add_input(tensors[i], static_cast<int32_t>(i));
     ++stats.traces;
+    const auto start = std::chrono::steady_clock::now();
     eager(ctx, outputs);
     tracer->finish(outputs);
+    if (log_enabled(Log::perf)) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      log(Log::perf, options.name + ": traced call " + std::to_string(stats.traces) + " took " +
+                         std::to_string(ms) + " ms");
+    }
     if (tracer->broken()) {
       to_eager(e, tracer->break_info().str());
       return;

@@ -68,7 +68,9 @@ class Executor {
   void build_slots();
   void build_steps();
   void check_graph_support();
-  void run_steps(bool capturing);
+  void run_steps(bool capturing, cuda::Timeline* timeline = nullptr);
+  void run_steps_profiled(int device);
+  std::string step_name(const Step& s) const;
   void capture_graph();
   void replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs);
   void apply_effects();
@@ -102,6 +104,7 @@ class Executor {
   std::string graph_note_;
   bool graph_ok_ = false;
   int32_t plain_replays_ = 0;
+  int profile_device_ = -1;  // the GPU a CUDA executable computes on (-1: CPU)
   int graph_device_ = 0;
   cuda::GraphPtr graph_;
   std::vector<StoragePtr> static_inputs_;

@@ -30,6 +30,14 @@ void begin_capture(int) { no_cuda("cuda::begin_capture"); }
 GraphPtr end_capture(int) { no_cuda("cuda::end_capture"); }
 void launch_graph(Graph&, int) { no_cuda("cuda::launch_graph"); }
 int64_t graph_node_count(const Graph&) { return 0; }
+struct Timeline::Impl {};
+Timeline::Timeline(int, int) { no_cuda("cuda::Timeline"); }
+Timeline::~Timeline() = default;
+void Timeline::hold(double) {}
+void Timeline::mark(int) {}
+std::vector<double> Timeline::elapsed_us() { return {}; }
+bool Timeline::held_through() const { return false; }
+double Timeline::queued_us() const { return 0; }
 }  // namespace cuda
 
 Allocator* cuda_allocator(int) { no_cuda("cuda_allocator"); }

@@ -182,6 +182,38 @@ TEST_CASE("cuda memory stats: allocated, peak, reserved and empty_cache", "[cuda
   CHECK(emptied.allocated == base.allocated);
 }
 
+TEST_CASE("cuda timeline: marks time the device, the hold lets the queued work run back to back",
+          "[cuda][cuda_runtime]") {
+  EMBER_REQUIRE_CUDA();
+  cuda::synchronize(0);
+  // Marks 0 and 1 bracket a 5 ms hold; 2 follows 64 MiB of fill work queued behind it; 3 comes
+  // right after 2 with nothing between.
+  Tensor t = empty({16 << 20}, TensorOptions(kGpu));
+  t.fill_(0.0);  // loads the fill kernel now, not while the hold runs
+  cuda::synchronize(0);
+  cuda::Timeline tl(0, 4);
+  tl.mark(0);
+  tl.hold(5.0);
+  tl.mark(1);
+  t.fill_(1.0);
+  tl.mark(2);
+  tl.mark(3);
+  const std::vector<double> us = tl.elapsed_us();
+  REQUIRE(us.size() == 4);
+  INFO("us: " << us[1] << " " << us[2] << " " << us[3] << "; held through: " << tl.held_through());
+  CHECK(us[0] == 0.0);
+  CHECK(us[1] >= 4900.0);  // the hold spins on the device's nanosecond timer
+  CHECK(us[1] < 50000.0);
+  // 64 MiB written at a few TB/s is tens of microseconds, never milliseconds: the fill ran
+  // right after the hold, not after some host gap.
+  CHECK(us[2] > 0.0);
+  CHECK(us[2] < 2000.0);
+  CHECK(us[3] < 50.0);
+  CHECK(tl.held_through());
+  CHECK(t.sum().item<float>() == static_cast<float>(16 << 20));  // integers to 2^24 are exact
+  CHECK_THAT(error_of([&] { tl.mark(4); }), Contains("Timeline::mark"));
+}
+
 TEST_CASE("cuda out of memory: an ember::Error with the allocator's figures, device still usable",
           "[cuda][cuda_runtime]") {
   EMBER_REQUIRE_CUDA();
