@@ -23,7 +23,7 @@ if [ "$phase" = ember ]; then
   "$B/bench/ember_bench" run --json "$out/ember.json" ${EMBER_BENCH_ARGS:-} >"$out/ember.txt" 2>&1
   echo "ember_bench exit $?"; tail -40 "$out/ember.txt"
   if [ -n "${PYTORCH_SMOKE:-}" ]; then
-    python3 bench/torch_mlp.py $PYTORCH_SMOKE --json /tmp/smoke.json >"$out/pytorch_smoke.txt" 2>&1
+    timeout 200 python3 bench/torch_mlp.py $PYTORCH_SMOKE --json /tmp/smoke.json >"$out/pytorch_smoke.txt" 2>&1
     echo "torch smoke exit $?"; tail -30 "$out/pytorch_smoke.txt"
   fi
 else
