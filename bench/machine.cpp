@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -84,19 +85,23 @@ std::string cuda_version_string(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
-// The kernel module's version ("550.54.15") from /proc/driver/nvidia/version, if readable.
+// The kernel module's version ("550.54.15") from /proc/driver/nvidia/version, if readable: the
+// first word after "Kernel Module" made of digits and dots. The line reads "... Kernel Module
+// 550.54.15 ..." or, for the open modules, "... Open Kernel Module for x86_64  580.159.04 ...".
 std::string nvidia_module_version() {
   std::ifstream f("/proc/driver/nvidia/version");
   std::string line;
   if (!std::getline(f, line)) return {};
-  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..."
   const std::string tag = "Kernel Module";
   const size_t at = line.find(tag);
   if (at == std::string::npos) return {};
   std::istringstream rest(line.substr(at + tag.size()));
-  std::string v;
-  rest >> v;
-  return v;
+  for (std::string word; rest >> word;) {
+    const bool version = std::isdigit(static_cast<unsigned char>(word[0])) &&
+                         word.find_first_not_of("0123456789.") == std::string::npos;
+    if (version) return word;
+  }
+  return {};
 }
 #endif
 

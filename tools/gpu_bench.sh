@@ -30,7 +30,7 @@ else
   python3 bench/torch_mlp.py --json "$out/pytorch.json" ${PYTORCH_ARGS:-} >"$out/pytorch.txt" 2>&1
   echo "torch_mlp exit $?"; tail -40 "$out/pytorch.txt"
   if [ -n "${PYTORCH_ARGS2:-}" ]; then
-    python3 bench/torch_mlp.py --json /tmp/pytorch2.json $PYTORCH_ARGS2 >>"$out/pytorch.txt" 2>&1
+    timeout "${PART2_TIMEOUT:-400}" python3 bench/torch_mlp.py --json /tmp/pytorch2.json $PYTORCH_ARGS2 >>"$out/pytorch.txt" 2>&1
     echo "torch_mlp (second part) exit $?"; tail -12 "$out/pytorch.txt"
     python3 bench/torch_mlp.py --merge "$out/pytorch.json" /tmp/pytorch2.json --json /tmp/merged.json &&
       mv /tmp/merged.json "$out/pytorch.json"
