@@ -232,7 +232,9 @@ def merge_documents(docs):
     out = copy.deepcopy(first)
     out["command"] = " ; ".join(d.get("command", "?") for d in docs)
     out["created"] = max(d["created"] for d in docs)
-    out["machine"]["peak"]["how"] += " (merged files: the first file's peak)"
+    note = " (merged files: the first file's peak)"
+    if not out["machine"]["peak"]["how"].endswith(note):  # merging merged files adds it once
+        out["machine"]["peak"]["how"] += note
     peak = out["machine"]["peak"]
     seen = set()
     out["results"] = []
