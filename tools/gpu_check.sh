@@ -20,7 +20,7 @@ grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped\)" "$out/ctest
 echo "== bench ops"
 "$build/bench/ops" --json "$out/ops.json" >"$out/bench_ops.txt" 2>&1; tail -40 "$out/bench_ops.txt"
 echo "== bench mlp step (eager and compiled)"
-"$build/bench/mlp_step" --json "$out/mlp_step.json" >"$out/bench_mlp_step.txt" 2>&1; tail -15 "$out/bench_mlp_step.txt"
+"$build/bench/ember_bench" run --workloads mlp --modes eager,default --json "$out/ember_bench.json" >"$out/ember_bench.txt" 2>&1; tail -15 "$out/ember_bench.txt"
 echo "== example"
 "$build/examples/mlp" --steps 300 >"$out/mlp.txt" 2>&1; tail -8 "$out/mlp.txt"
 exit $rc
