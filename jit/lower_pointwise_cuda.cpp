@@ -140,9 +140,6 @@ class PointwiseLowering final : public LoweredGroup {
   std::vector<uint64_t> words_;  // the argument block: pointers, then scalar bits
 };
 
-// When the generated kernel cannot be had (NVRTC or the driver refused it), the group still
-// runs, member by member on the eager kernels. The memory plan gave its internals no memory
-// (GroupStorage::None), so they get buffers of their own here, once.
 #endif
 
 }  // namespace

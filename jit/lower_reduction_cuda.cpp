@@ -122,9 +122,6 @@ class ReductionLowering final : public LoweredGroup {
   Tensor partial_, tickets_;
 };
 
-// When the generated kernel cannot be had, the group runs member by member on the eager
-// kernels; its internals got no memory from the plan (GroupStorage::None), so they get buffers
-// here, once. (The same scheme as the pointwise lowering's fallback.)
 #endif
 
 }  // namespace
