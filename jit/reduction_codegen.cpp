@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "kernels/reduce_grid.h"
 
 namespace ember::jit {
 namespace {
@@ -251,11 +252,11 @@ class Writer {
   static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
   // The tile, the blocks along the outputs, and the split of the reduction: like the eager
-  // planner (kernels/cuda/reduce.cu), enough blocks for two waves, splitting only when the
-  // outputs alone give fewer.
+  // planner (kernels/cuda/reduce.cu), enough blocks to fill the GPU (kernels/reduce_grid.h),
+  // splitting only when the outputs alone give fewer.
   void plan_launch() {
     const int64_t threads = FusedReductionKernel::kMaxThreads;
-    const int64_t target = 2 * int64_t{sms_};
+    const int64_t target = kernels::reduce_target_blocks(sms_);
     int64_t per_block_work = 0;
     if (columns_) {
       bx_ = static_cast<int32_t>(std::min<int64_t>(32, pow2_ceil(num_out_)));

@@ -8,6 +8,7 @@
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/runtime.h"
+#include "kernels/reduce_grid.h"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -80,8 +81,9 @@ Plan make_plan(const Tensor& x, const Dims& dims, bool ordered, int device) {
   p.sh.count = count;
   p.columns = min_is_kept && num_out > 1;
 
-  // Enough blocks for two waves; split the reduction only when the outputs alone give fewer.
-  const int64_t target_blocks = 2 * int64_t{sm_count(device)};
+  // Enough blocks to fill the GPU (kernels/reduce_grid.h); split the reduction only when the
+  // outputs alone give fewer.
+  const int64_t target_blocks = reduce_target_blocks(sm_count(device));
   int64_t blocks_x, per_block_work;
   if (p.columns) {
     const int64_t bx = std::min<int64_t>(32, pow2_ceil(num_out));
