@@ -3,7 +3,8 @@
 // column-major transpose for free. A transposed view (column-major in memory) becomes a
 // transpose flag instead of a copy; only operands with no unit stride are copied first.
 // Descriptors, layouts and the heuristic's algorithm are cached per problem key, so a repeated
-// shape costs one hash lookup and the cublasLtMatmul call.
+// shape costs one hash lookup and the cublasLtMatmul call. mm with K (or N, under small_gemm_kind's
+// conditions) of at most 16 goes to the handwritten kernels of small_gemm.h instead.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/small_gemm.h"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -207,6 +209,31 @@ void matmul(const KernelCall& call) {
   if (K == 0) {  // an empty sum: zeros
     EMBER_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.nbytes()), s));
     return;
+  }
+  // A dimension of at most 16 (the MLP's 10 classes): a handwritten kernel reading the operands
+  // through their strides beats cuBLASLt's fixed cost, and is what the JIT's GEMM lowering runs
+  // for the same shapes, so eager and compiled agree bit for bit (small_gemm.h). It sums in full
+  // precision even when allow_tf32() is on.
+  if (!batched) {
+    GemmCall sc;
+    sc.device = device;
+    sc.dtype = a.dtype();
+    sc.a.ptr = a.raw_data();
+    sc.a.rows = M;
+    sc.a.cols = K;
+    sc.a.row_stride = a.stride(0);
+    sc.a.col_stride = a.stride(1);
+    sc.b.ptr = b.raw_data();
+    sc.b.rows = K;
+    sc.b.cols = N;
+    sc.b.row_stride = b.stride(0);
+    sc.b.col_stride = b.stride(1);
+    sc.d = out.raw_data();
+    sc.ld_d = N;  // `out` is contiguous
+    if (small_gemm_kind(sc.dtype, sc.a, sc.b) != SmallGemmKind::None) {
+      small_gemm(sc);
+      return;
+    }
   }
   // cuBLASLt's A is our B (as B^T [N,K]) and its B is our A (as A^T [K,M]); result [N,M] = C^T.
   Tensor copy_a, copy_b;

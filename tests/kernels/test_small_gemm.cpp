@@ -1,0 +1,427 @@
+// The small GEMMs (kernels/cuda/small_gemm.h) and their two users, the eager mm and the JIT's
+// GEMM lowering:
+//  - the host rule picking a kernel (runs everywhere, no GPU needed);
+//  - eager mm on the GPU against a float64 product computed here with plain loops, over the
+//    seed MLP's shapes and odd ones, row-major / transposed / strided operands, both dtypes;
+//  - small_gemm with BIAS / RELU_BIAS against eager add(mm) / relu(add(mm)) bit for bit (eager
+//    mm takes the same kernel; the epilogue must round like eager's add and relu), a NaN in A
+//    included; the lowered Linear group likewise;
+//  - bad calls throw ember::Error before anything is queued.
+//
+// Tolerance against the float64 reference: |got - ref| <= rtol |ref| + K eps sum_k |a_ik b_kj|,
+// the classical bound for K products summed in any order with one rounding each (eps of the
+// dtype), plus rtol = 1e-5 (float32) / 1e-12 (float64) for the final rounding.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "jit/lower.h"
+#include "jit/passes.h"
+#include "kernels/cuda/small_gemm.h"
+#include "test_util.h"
+
+using namespace ember;
+namespace kc = ember::kernels::cuda;
+
+namespace {
+
+kc::GemmMatrix mat(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  kc::GemmMatrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_stride = rs;
+  m.col_stride = cs;
+  return m;
+}
+kc::GemmMatrix row_major(int64_t rows, int64_t cols) { return mat(rows, cols, cols, 1); }
+// The transposed view of a row-major [cols, rows] tensor.
+kc::GemmMatrix transposed(int64_t rows, int64_t cols) { return mat(rows, cols, 1, rows); }
+
+}  // namespace
+
+TEST_CASE("small_gemm_kind picks the kernel from shapes, strides and dtype", "[kernels]") {
+  using K = kc::SmallGemmKind;
+  for (int64_t batch : {64, 8192}) {
+    INFO("batch " << batch);
+    // Forward layer 2: h [B,512] x W2^T, the transposed view of Linear's [10,512] weight.
+    CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 512), transposed(512, 10)) == K::SmallN);
+    CHECK(kc::small_gemm_kind(kFloat64, row_major(batch, 512), transposed(512, 10)) == K::SmallN);
+    // dH = dO [B,10] x W2 [10,512] (K = 10).
+    CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 10), row_major(10, 512)) == K::SmallK);
+    // Forward layer 1 and the weight gradients stay with cuBLASLt.
+    CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 784), transposed(784, 512)) == K::None);
+    CHECK(kc::small_gemm_kind(kFloat32, transposed(10, batch), row_major(batch, 512)) == K::None);
+    CHECK(kc::small_gemm_kind(kFloat32, transposed(512, batch), row_major(batch, 784)) == K::None);
+  }
+  // The boundaries.
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 16), row_major(16, 100)) == K::SmallK);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 17), row_major(17, 17)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 17), row_major(17, 16)) == K::SmallN);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 4096), row_major(4096, 16)) == K::SmallN);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 4097), row_major(4097, 16)) == K::None);
+  // Both apply: SmallK wins.
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 10), row_major(10, 10)) == K::SmallK);
+  // SmallK takes any strides; SmallN needs A's rows contiguous.
+  CHECK(kc::small_gemm_kind(kFloat32, mat(5, 8, 40, 3), mat(8, 100, 1, 0)) == K::SmallK);
+  CHECK(kc::small_gemm_kind(kFloat32, transposed(64, 512), transposed(512, 10)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, mat(64, 512, 1024, 2), row_major(512, 10)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, mat(64, 512, 2048, 1), mat(512, 10, 3, 7000)) == K::SmallN);
+  // Other dtypes.
+  for (DType t : {kFloat16, kBFloat16, kInt32, kInt64}) {
+    INFO(dtype_name(t));
+    CHECK(kc::small_gemm_kind(t, row_major(64, 512), transposed(512, 10)) == K::None);
+    CHECK(kc::small_gemm_kind(t, row_major(64, 10), row_major(10, 512)) == K::None);
+  }
+  CHECK(std::string(kc::small_gemm_name(K::SmallK)) == "small-K");
+  CHECK(std::string(kc::small_gemm_name(K::SmallN)) == "small-N");
+}
+
+#if defined(EMBER_WITH_CUDA)
+
+TEST_CASE("small_gemm rejects bad calls before queuing anything", "[kernels]") {
+  // Every check precedes the first CUDA call, so this needs no GPU (null pointers are fine).
+  kc::GemmCall c;
+  c.dtype = kFloat32;
+  c.a = row_major(64, 512);
+  c.b = transposed(512, 10);
+  c.epilogue = kc::GemmEpilogue::DReluBGrad;
+  CHECK_THROWS_WITH(kc::small_gemm(c),
+                    Catch::Contains("small_gemm") && Catch::Contains("DRELU_BGRAD"));
+  for (kc::GemmEpilogue e :
+       {kc::GemmEpilogue::ReluAuxBias, kc::GemmEpilogue::BGradA, kc::GemmEpilogue::BGradB}) {
+    c.epilogue = e;
+    CHECK_THROWS_AS(kc::small_gemm(c), Error);
+  }
+  c.epilogue = kc::GemmEpilogue::None;
+  c.dtype = kFloat16;
+  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("float16"));
+  c.dtype = kFloat32;
+  c.b = transposed(511, 10);  // K mismatch
+  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("[64,512]") && Catch::Contains("[511,10]"));
+  c.a = row_major(5, 17);
+  c.b = row_major(17, 17);  // no small kernel takes it
+  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("not a small problem"));
+  c.a = row_major(5, 4);
+  c.b = row_major(4, 6);
+  c.ld_d = 3;  // < N
+  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("ld"));
+  c.ld_d = 0;
+  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("null"));
+  float dummy[32] = {};
+  c.a.ptr = c.b.ptr = dummy;
+  c.d = dummy;
+  c.epilogue = kc::GemmEpilogue::Bias;  // no bias pointer
+  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("bias"));
+}
+
+namespace {
+
+const Device kDev = Device::cuda(0);
+
+enum class Layout { Rows, Transposed, Strided };
+const char* layout_name(Layout l) {
+  return l == Layout::Rows ? "rows" : l == Layout::Transposed ? "transposed" : "strided";
+}
+
+// A [rows, cols] GPU operand with the given values (row-major `v`) in the given layout:
+// row-major, the transposed view of a [cols, rows] tensor, or every other column of a wider
+// tensor (strides (2 cols, 2): no unit stride at all).
+Tensor operand(const std::vector<double>& v, int64_t rows, int64_t cols, DType t, Layout l) {
+  const Tensor x = from_vector(v, {rows, cols}, TensorOptions(t));
+  switch (l) {
+    case Layout::Rows:
+      return x.to(kDev);
+    case Layout::Transposed:
+      return x.t().contiguous().to(kDev).t();
+    case Layout::Strided: {
+      Tensor wide = zeros({rows, 2 * cols}, TensorOptions(t).device(kDev));
+      Tensor view = wide.slice(1, 0, 2 * cols, 2);
+      view.copy_(x.to(kDev));
+      return view;
+    }
+  }
+  return x;
+}
+
+std::vector<double> random_values(int64_t n, double lo, double hi) {
+  const Tensor r = rand({n}, TensorOptions(kFloat64));
+  std::vector<double> v = r.to_vector<double>();
+  for (double& x : v) x = lo + (hi - lo) * x;
+  return v;
+}
+
+// Values a GPU tensor holds, as float64 in row-major order.
+std::vector<double> host(const Tensor& t) {
+  return t.cpu().to(kFloat64).contiguous().to_vector<double>();
+}
+
+// Rounds values to the dtype (the reference multiplies what the GPU operands hold).
+std::vector<double> rounded(const std::vector<double>& v, DType t) {
+  if (t == kFloat64) return v;
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<float>(v[i]);
+  return r;
+}
+
+void check_against_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t M,
+                             int64_t K, int64_t N, DType t, const Tensor& got,
+                             const std::string& what) {
+  INFO(what);
+  REQUIRE(got.sizes() == Shape{M, N});
+  REQUIRE(got.dtype() == t);
+  const std::vector<double> g = host(got);
+  const double eps = t == kFloat64 ? std::numeric_limits<double>::epsilon()
+                                   : std::numeric_limits<float>::epsilon();
+  const double rtol = t == kFloat64 ? 1e-12 : 1e-5;
+  int64_t bad = 0, worst_at = -1;
+  double worst = -1, want_at = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        s += a[i * K + k] * b[k * N + j];
+        mag += std::fabs(a[i * K + k] * b[k * N + j]);
+      }
+      const double err = std::fabs(g[i * N + j] - s);
+      const double tol = rtol * std::fabs(s) + static_cast<double>(K) * eps * mag + 1e-300;
+      const double ratio = std::isnan(err) ? INFINITY : err / tol;
+      if (!(err <= tol)) ++bad;
+      if (ratio > worst) worst = ratio, worst_at = i * N + j, want_at = s;
+    }
+  INFO("worst error / tolerance " << worst << " at " << worst_at << ": got " << g[worst_at]
+                                  << ", want " << want_at);
+  CHECK(bad == 0);
+}
+
+struct Mkn {
+  int64_t m, k, n;
+};
+const Mkn kShapes[] = {{64, 512, 10}, {8192, 512, 10}, {64, 10, 512},  {8192, 10, 512}, {7, 3, 5},
+                       {1, 1, 1},     {5, 16, 16},     {33, 4096, 16}, {3, 17, 9}};
+
+std::string shape_name(const Mkn& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+}
+
+// Equal bits, or both NaN (a NaN's payload is no result).
+template <class T>
+int64_t bit_mismatches(const Tensor& got, const Tensor& want, int64_t* first) {
+  const std::vector<T> g = got.cpu().contiguous().to_vector<T>();
+  const std::vector<T> w = want.cpu().contiguous().to_vector<T>();
+  if (g.size() != w.size()) return -1;
+  int64_t n = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool same =
+        (std::isnan(g[i]) && std::isnan(w[i])) || std::memcmp(&g[i], &w[i], sizeof(T)) == 0;
+    if (!same && n++ == 0) *first = static_cast<int64_t>(i);
+  }
+  return n;
+}
+
+void check_bits(const Tensor& got, const Tensor& want, const std::string& what) {
+  INFO(what);
+  int64_t first = -1;
+  const int64_t n = got.dtype() == kFloat64 ? bit_mismatches<double>(got, want, &first)
+                                            : bit_mismatches<float>(got, want, &first);
+  if (n > 0) {
+    const std::vector<double> g = host(got), w = host(want);
+    FAIL_CHECK(n << " of " << g.size() << " elements differ; first at " << first << ": " << g[first]
+                 << " vs " << w[first]);
+  }
+  CHECK(n == 0);
+}
+
+kc::GemmMatrix matrix_of(const Tensor& t) {
+  kc::GemmMatrix m = mat(t.size(0), t.size(1), t.stride(0), t.stride(1));
+  m.ptr = t.raw_data();
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("eager mm on small shapes matches a float64 product", "[kernels][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  manual_seed(51);
+  set_allow_tf32(false);
+  const Layout layouts[] = {Layout::Rows, Layout::Transposed, Layout::Strided};
+  for (DType t : {kFloat32, kFloat64})
+    for (const Mkn& s : kShapes) {
+      const std::vector<double> va = rounded(random_values(s.m * s.k, -1, 1), t);
+      const std::vector<double> vb = rounded(random_values(s.k * s.n, -1, 1), t);
+      for (Layout la : layouts)
+        for (Layout lb : layouts) {
+          // Strided operands only paired with themselves (they are the slow, copying case of
+          // cuBLASLt; the small kernels read them in place).
+          if ((la == Layout::Strided) != (lb == Layout::Strided)) continue;
+          const std::string what = std::string(dtype_name(t)) + " " + shape_name(s) + " A " +
+                                   layout_name(la) + " B " + layout_name(lb);
+          const Tensor a = operand(va, s.m, s.k, t, la), b = operand(vb, s.k, s.n, t, lb);
+          const Tensor got = mm(a, b);
+          check_against_reference(va, vb, s.m, s.k, s.n, t, got, what);
+          // The same call again: the same bits (the order of the sums depends on shapes only).
+          check_bits(mm(a, b), got, what + " (repeated)");
+          // Directly, into a NaN-filled output with padded rows: every element written, the
+          // padding untouched, and the very bits eager produced.
+          const kc::GemmMatrix ma = matrix_of(a), mb = matrix_of(b);
+          if (kc::small_gemm_kind(t, ma, mb) == kc::SmallGemmKind::None) continue;
+          Tensor d = full({s.m, s.n + 3}, std::nan(""), TensorOptions(t).device(kDev));
+          kc::GemmCall c;
+          c.dtype = t;
+          c.a = ma;
+          c.b = mb;
+          c.d = d.raw_data();
+          c.ld_d = s.n + 3;
+          kc::small_gemm(c);
+          check_bits(d.narrow(1, 0, s.n), got, what + " (direct)");
+          const std::vector<double> pad = host(d.narrow(1, s.n, 3));
+          int64_t written = 0;
+          for (double p : pad) written += !std::isnan(p);
+          INFO(what);
+          CHECK(written == 0);
+        }
+    }
+}
+
+TEST_CASE("small_gemm BIAS and RELU_BIAS equal eager add(mm) and relu(add(mm)) bit for bit",
+          "[kernels][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  manual_seed(52);
+  int ran = 0;
+  for (DType t : {kFloat32, kFloat64})
+    for (const Mkn& s : kShapes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (bool with_nan : {false, true}) {
+            std::vector<double> va = random_values(s.m * s.k, -1, 1);
+            if (with_nan) va[static_cast<size_t>((s.m / 2) * s.k + s.k / 2)] = std::nan("");
+            const std::vector<double> vb = random_values(s.k * s.n, -1, 1);
+            const Tensor a = operand(va, s.m, s.k, t, ta ? Layout::Transposed : Layout::Rows);
+            const Tensor b = operand(vb, s.k, s.n, t, tb ? Layout::Transposed : Layout::Rows);
+            const kc::GemmMatrix ma = matrix_of(a), mb = matrix_of(b);
+            if (kc::small_gemm_kind(t, ma, mb) == kc::SmallGemmKind::None) continue;
+            // Biases of both signs, so relu zeroes some outputs and keeps others.
+            const Tensor bias =
+                from_vector(random_values(s.n, -0.5, 0.5), {s.n}, TensorOptions(t).device(kDev));
+            const Tensor biased = add(mm(a, b), bias);
+            const Tensor act = relu(biased);
+            for (bool r : {false, true}) {
+              const std::string what = std::string(dtype_name(t)) + " " + shape_name(s) +
+                                       (ta ? " A^T" : "") + (tb ? " B^T" : "") +
+                                       (with_nan ? " NaN in A" : "") + (r ? " RELU_BIAS" : " BIAS");
+              Tensor d = full({s.m, s.n}, std::nan(""), TensorOptions(t).device(kDev));
+              kc::GemmCall c;
+              c.dtype = t;
+              c.a = ma;
+              c.b = mb;
+              c.d = d.raw_data();
+              c.epilogue = r ? kc::GemmEpilogue::ReluBias : kc::GemmEpilogue::Bias;
+              c.bias = bias.raw_data();
+              kc::small_gemm(c);
+              check_bits(d, r ? act : biased, what);
+              if (with_nan && r) {  // relu passes the NaN row through
+                const std::vector<double> h = host(d);
+                INFO(what);
+                CHECK(std::isnan(h[static_cast<size_t>((s.m / 2) * s.n)]));
+              }
+              ++ran;
+            }
+          }
+  CHECK(ran > 100);
+}
+
+namespace {
+
+// Slots as the executor makes them (see tests/jit/test_gemm_lowering.cpp): arguments and state
+// by identity, views on their root's memory, memory only for the values the plan stores.
+std::vector<std::shared_ptr<TensorImpl>> make_slots(const jit::Graph& g,
+                                                    const jit::MemoryPlan& plan,
+                                                    const std::vector<Tensor>& args) {
+  std::vector<std::shared_ptr<TensorImpl>> s(g.values.size());
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const jit::Value& v = g.values[i];
+    auto impl = std::make_shared<TensorImpl>();
+    impl->sizes = v.shape;
+    impl->strides = v.strides;
+    impl->offset = v.offset;
+    impl->dtype = v.dtype;
+    impl->device = v.device;
+    if (v.root != static_cast<jit::ValueId>(i)) {
+      const jit::Value& r = g.values[v.root];
+      impl->storage = s[v.root]->storage;
+      impl->offset = s[v.root]->offset + (v.offset - r.offset);
+    } else if (v.kind == jit::ValueKind::Input) {
+      impl = args[v.slot].impl_ptr();
+    } else if (v.kind == jit::ValueKind::State) {
+      impl = g.state[v.slot].impl_ptr();
+    } else if (v.kind == jit::ValueKind::Constant) {
+      impl = g.constants[v.slot].impl_ptr();
+    } else if (plan.arena_of[i] >= 0 || plan.fresh[i]) {
+      impl->storage = make_empty(v.shape, v.dtype, v.device).impl()->storage;
+      impl->offset = 0;
+    }
+    s[i] = impl;
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("lower_gemm_cuda runs a small Linear as the small kernel, equal to eager bit for bit",
+          "[kernels][jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  manual_seed(53);
+  struct Restore {
+    ~Restore() { jit::set_gemm_autotune(false); }
+  } restore;
+  const Mkn shapes[] = {{64, 512, 10}, {8192, 512, 10}, {7, 3, 5}, {5, 16, 16}};
+  for (bool autotune : {false, true})
+    for (const Mkn& s : shapes)
+      for (bool relu_on : {false, true}) {
+        jit::set_gemm_autotune(autotune);
+        INFO(shape_name(s) << (relu_on ? " relu" : "") << (autotune ? " autotune" : ""));
+        // x [M,K] input, W [N,K] and b [N] state: relu?(mm(x, W^T) + b), then fusion.
+        const Tensor x = randn({s.m, s.k}, kDev), w = randn({s.n, s.k}, kDev);
+        const Tensor b = randn({s.n}, kDev);
+        jit::Graph g;
+        const jit::ValueId vx = g.add_input(x, 0), vw = g.add_state(w), vb = g.add_state(b);
+        Attrs perm;
+        perm.dims = {1, 0};
+        const jit::ValueId wt = g.append(OpId::permute, {vw}, perm);
+        const jit::ValueId h = g.append(OpId::add, {g.append(OpId::mm, {vx, wt}), vb});
+        const jit::ValueId out = relu_on ? g.append(OpId::relu, {h}) : h;
+        g.outputs = {out};
+        jit::fuse(g);
+        const jit::Group* grp = nullptr;
+        for (const jit::Group& gr : g.groups)
+          if (gr.kind == jit::GroupKind::GemmEpilogue) grp = &gr;
+        REQUIRE(grp);
+        const auto storage = jit::gemm_lowering_storage(g, *grp);
+        REQUIRE(storage);
+        std::vector<jit::GroupStorage> st(g.groups.size(), jit::GroupStorage::Materialize);
+        st[static_cast<size_t>(grp - g.groups.data())] = *storage;
+        const jit::MemoryPlan plan = jit::plan_memory(g, st);
+        const Tensor x2 = randn({s.m, s.k}, kDev);  // other memory than the trace's
+        const auto slots = make_slots(g, plan, {x2});
+        std::unique_ptr<jit::LoweredGroup> low = jit::lower_gemm_cuda({g, *grp, slots, plan});
+        REQUIRE(low);
+        low->run();
+        low->run();
+        CHECK(low->kernels() == 1);
+        const std::string describe = low->describe();
+        INFO(describe);
+        CHECK(describe.find("small-") != std::string::npos);
+        CHECK(describe.find(relu_on ? "RELU_BIAS" : "BIAS") != std::string::npos);
+        CHECK_FALSE(jit::gemm_autotune_info(*low)->tuned);  // nothing to tune
+        const Tensor biased = add(mm(x2, w.t()), b);
+        check_bits(Tensor(slots[out]), relu_on ? relu(biased) : biased, "lowered linear");
+      }
+}
+
+#endif  // EMBER_WITH_CUDA
