@@ -70,9 +70,10 @@ void sgd_update(const KernelCall& call) {
     }
     ts.count = static_cast<int>(count);
     if (largest == 0) continue;
-    dev::sgd_update_kernel<<<grid_stride_blocks(largest, kThreads, device), kThreads, 0, s>>>(
-        ts, static_cast<const float*>(hyper.raw_data()), static_cast<const float*>(step.raw_data()),
-        flags);
+    // Threads for the largest tensor's 16-byte vectors (4 floats): sgd_tensor's bulk.
+    dev::sgd_update_kernel<<<grid_stride_blocks(ceil_div(largest, 4), kThreads, device), kThreads,
+                             0, s>>>(ts, static_cast<const float*>(hyper.raw_data()),
+                                     static_cast<const float*>(step.raw_data()), flags);
     check_launch("sgd_update");
   }
 }

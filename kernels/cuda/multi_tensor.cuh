@@ -40,25 +40,55 @@ struct SgdHyper {
 // PyTorch's order per element: d = maximize ? -g : g; d += wd p; buf = first ? d :
 // momentum buf + (1 - dampening) d; d = nesterov ? d + momentum buf : buf; p -= lr d.
 template <class T, class Acc>
+__device__ __forceinline__ void sgd_element(T& p, T g, T& buf, const SgdHyper<Acc>& h, SgdFlags f) {
+  const Acc pi = to_acc<Acc>(p);
+  Acc d = to_acc<Acc>(g);
+  if (f.maximize) d = -d;
+  if (h.weight_decay != Acc(0)) d += h.weight_decay * pi;
+  if (f.momentum_buffers) {
+    // The buffer is used as stored (rounded to T), as PyTorch does.
+    const T b = from_acc<T>(h.first_step ? d : h.momentum * to_acc<Acc>(buf) + h.keep * d);
+    buf = b;
+    d = f.nesterov ? d + h.momentum * to_acc<Acc>(b) : to_acc<Acc>(b);
+  }
+  p = from_acc<T>(pi - h.lr * d);
+}
+
+// One tensor, thread `first` of `step`. Where every pointer is 16-byte aligned the bulk moves in
+// 16-byte vectors (4 floats, 8 halves): the update is bandwidth-bound, and scalar accesses left it
+// at a fraction of the copy rate. Each element is updated alone, so vectors change no value.
+template <class T, class Acc>
 __device__ __forceinline__ void sgd_tensor(void* param, const void* grad, void* buffer, int64_t n,
                                            const SgdHyper<Acc>& h, SgdFlags f, int64_t first,
                                            int64_t step) {
+  constexpr int kVec = 16 / sizeof(T);
   T* p = static_cast<T*>(param);
   const T* g = static_cast<const T*>(grad);
   T* buf = static_cast<T*>(buffer);
-  for (int64_t i = first; i < n; i += step) {
-    const Acc pi = to_acc<Acc>(p[i]);
-    Acc d = to_acc<Acc>(g[i]);
-    if (f.maximize) d = -d;
-    if (h.weight_decay != Acc(0)) d += h.weight_decay * pi;
-    if (f.momentum_buffers) {
-      // The buffer is used as stored (rounded to T), as PyTorch does.
-      const T b = from_acc<T>(h.first_step ? d : h.momentum * to_acc<Acc>(buf[i]) + h.keep * d);
-      buf[i] = b;
-      d = f.nesterov ? d + h.momentum * to_acc<Acc>(b) : to_acc<Acc>(b);
+  T unused{};
+  const auto misaligned = [](const void* q) {
+    return reinterpret_cast<unsigned long long>(q) % 16 != 0;
+  };
+  int64_t done = 0;
+  if (kVec > 1 && !misaligned(p) && !misaligned(g) && (!f.momentum_buffers || !misaligned(buf))) {
+    const int64_t nvec = n / kVec;
+    for (int64_t i = first; i < nvec; i += step) {
+      uint4 pw = reinterpret_cast<const uint4*>(p)[i];
+      const uint4 gw = reinterpret_cast<const uint4*>(g)[i];
+      uint4 bw{};
+      if (f.momentum_buffers) bw = reinterpret_cast<const uint4*>(buf)[i];
+      T* pe = reinterpret_cast<T*>(&pw);
+      const T* ge = reinterpret_cast<const T*>(&gw);
+      T* be = reinterpret_cast<T*>(&bw);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sgd_element<T, Acc>(pe[j], ge[j], be[j], h, f);
+      reinterpret_cast<uint4*>(p)[i] = pw;
+      if (f.momentum_buffers) reinterpret_cast<uint4*>(buf)[i] = bw;
     }
-    p[i] = from_acc<T>(pi - h.lr * d);
+    done = nvec * kVec;
   }
+  for (int64_t i = done + first; i < n; i += step)
+    sgd_element<T, Acc>(p[i], g[i], f.momentum_buffers ? buf[i] : unused, h, f);
 }
 
 // hyper: float32 {lr, momentum, dampening, weight_decay}; step: float32 steps taken so far.
