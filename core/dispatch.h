@@ -62,7 +62,10 @@ void set_autograd_inplace_check(InplaceCheck fn);
 //    throw; CUDA: raise the device error flag, reported at the next synchronize / host copy).
 //    With label smoothing e: loss = lse - (1-e) x[t] - e/C sum_c x[c].
 //    cross_entropy_backward (grad [N], logits, target) -> [N,C]: grad[n] * (softmax - (1-e)
-//    onehot(t) - e/C), rows of ignored targets 0; same checks.
+//    onehot(t) - e/C), rows of ignored targets 0; same checks. With attrs.reduction Mean or
+//    Sum the loss is one value `out` [] (mean: the sum over the rows whose target is not
+//    ignore_index, divided by their count; NaN when there are none) and the backward's grad is
+//    [] (each row's gradient: grad / count for a mean, grad for a sum).
 //  scatter_add (src, index) -> zeros(attrs.shape), out[..index..] += src along attrs.dim
 //    (like torch.scatter_add on zeros); contiguous src/index of one shape; range errors as above.
 //  Index: contiguous inputs, index int64; gather: index has input's ndim; index_select: 1-D

@@ -275,6 +275,7 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       EMBER_CHECK(t.dtype() == kInt64, "cross_entropy: target must be int64 class indices, got ",
                   dtype_name(t.dtype()));
       EMBER_CHECK(x.size(1) > 0, "cross_entropy: logits have zero classes");
+      if (a.reduction != LossReduction::None) return {Shape{}, x.dtype(), x.device()};
       return {Shape{x.size(0)}, x.dtype(), x.device()};
     }
     case OpKind::Index: {

@@ -64,6 +64,9 @@ constexpr bool is_pointwise(OpKind k) {
 
 // Attributes of one op call. Each field says which ops read it; an op ignores the rest.
 // A plain struct (not a bag of untyped slots) so the tracer can hash and compare it cheaply.
+// How cross_entropy reduces its per-sample losses (nn's Reduction, at the op level).
+enum class LossReduction : uint8_t { None, Mean, Sum };
+
 struct Attrs {
   Shape shape;      // view, expand, factories, random: target shape
   Dims dims;        // reductions: dims to reduce (empty = all); permute: the order
@@ -79,6 +82,7 @@ struct Attrs {
   Device device;                                          // factories, random, to_device
   int64_t ignore_index = -100;                            // cross_entropy(_backward)
   double label_smoothing = 0;                             // cross_entropy(_backward)
+  LossReduction reduction = LossReduction::None;          // cross_entropy(_backward)
   int64_t num_classes = -1;                               // one_hot
   uint64_t seed = 0, offset = 0;  // random: the Philox key and first counter
   // random on CUDA, for replays captured in a CUDA graph: the device address of {seed, base};

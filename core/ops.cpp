@@ -367,6 +367,11 @@ Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_like(OpId::log
 
 Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                 double label_smoothing) {
+  return cross_entropy_reduced(logits, target, ignore_index, label_smoothing, LossReduction::None);
+}
+
+Tensor cross_entropy_reduced(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                             double label_smoothing, LossReduction reduction) {
   check_defined(logits, OpId::cross_entropy);
   check_defined(target, OpId::cross_entropy);
   EMBER_CHECK(target.dtype() == kInt64, "cross_entropy: target must hold int64 class indices, got ",
@@ -374,6 +379,7 @@ Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target, int6
   Attrs attrs;
   attrs.ignore_index = ignore_index;
   attrs.label_smoothing = label_smoothing;
+  attrs.reduction = reduction;
   const Tensor x = as_type(logits, compute_type(OpId::cross_entropy, logits.dtype()));
   return dispatch(OpId::cross_entropy, {x.contiguous(), target.contiguous()}, attrs);
 }

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "core/op.h"
 #include "core/tensor.h"
 
 namespace ember {
@@ -115,6 +116,11 @@ Tensor log_softmax(const Tensor& a, int64_t dim);
 // label_smoothing e in [0, 1] the target distribution is (1 - e) one_hot + e / C.
 Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target,
                                 int64_t ignore_index = -100, double label_smoothing = 0);
+// The same losses reduced in one op: None gives [N] (as above), Mean the sum over the samples
+// whose target is not ignore_index divided by their count (NaN when there are none), Sum their
+// sum; Mean and Sum give one value [].
+Tensor cross_entropy_reduced(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                             double label_smoothing, LossReduction reduction);
 
 // Indexing and joining
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);

@@ -46,6 +46,7 @@ struct Writer {
     pod(a.device.index);
     pod(a.ignore_index);
     pod(a.label_smoothing);
+    pod(a.reduction);
     pod(a.num_classes);
     pod(a.seed);
     pod(a.offset);

@@ -19,6 +19,7 @@
 #if defined(EMBER_WITH_CUDA)
 #include "kernels/cuda/cross_entropy_fused.h"
 #include "kernels/cuda/gemm_epilogue.h"
+#include "kernels/cuda/small_gemm.h"
 #endif
 
 namespace ember::jit {
@@ -158,7 +159,7 @@ bool match_ce(const Graph& g, const Group& grp, CeMatch& out, std::string* why) 
     return fail(why, "not cross_entropy then cross_entropy_backward");
   if (b.inputs[1] != f.inputs[0] || b.inputs[2] != f.inputs[1] ||
       b.attrs.ignore_index != f.attrs.ignore_index ||
-      b.attrs.label_smoothing != f.attrs.label_smoothing)
+      b.attrs.label_smoothing != f.attrs.label_smoothing || b.attrs.reduction != f.attrs.reduction)
     return fail(why, "the backward is over other logits, targets or loss attributes");
   const Value& x = g.values[f.inputs[0]];
   const Value& t = g.values[f.inputs[1]];
@@ -170,7 +171,9 @@ bool match_ce(const Graph& g, const Group& grp, CeMatch& out, std::string* why) 
     return fail(why, "dtypes do not fit");
   for (const Value* v : {&x, &t, &gr, &l, &dx})
     if (!v->device.is_cuda() || v->device != x.device) return fail(why, "not all on one GPU");
-  if (x.shape.size() != 2 || t.shape != Shape{x.shape[0]} || l.shape != t.shape ||
+  const bool reduced = f.attrs.reduction != LossReduction::None;
+  if (x.shape.size() != 2 || t.shape != Shape{x.shape[0]} ||
+      (reduced ? l.shape != Shape{} || gr.shape != Shape{} : l.shape != t.shape) ||
       dx.shape != x.shape || (gr.shape.size() != 0 && gr.shape != t.shape))
     return fail(why, "shapes do not fit");
   if (x.shape[1] == 0) return fail(why, "no classes");
@@ -192,6 +195,12 @@ std::string shape_pair(const Graph& g, ValueId a, ValueId b) {
   return join({g.values[a].shape.str(), "x", g.values[b].shape.str()});
 }
 
+// One GEMM group. A small problem (kc::small_gemm_kind: K <= 16, or N <= 16 with A's rows
+// contiguous, e.g. the MLP's [B,512]x[512,10] + bias) runs the handwritten kernel with the bias
+// and relu fused, in one launch and no cuBLASLt overhead; nothing to autotune there. The eager
+// mm runs the very same kernel for these shapes, and the fused epilogue rounds like eager's add
+// then relu (one rounding for the bias, NaN through relu), so a small lowered GEMM equals eager
+// mm + add (+ relu) bit for bit. Other problems: one cuBLASLt call with the epilogue.
 class LoweredGemm final : public LoweredGroup {
  public:
   LoweredGemm(const LoweringContext& ctx, const GemmMatch& m)
@@ -207,13 +216,20 @@ class LoweredGemm final : public LoweredGroup {
     epilogue_ = m.bias == kNoValue ? kc::GemmEpilogue::None
                 : m.relu           ? kc::GemmEpilogue::ReluBias
                                    : kc::GemmEpilogue::Bias;
-    what_ =
-        join({"cuBLASLt mm ", shape_pair(g, m.a, m.b), " + ", kc::gemm_epilogue_name(epilogue_)});
+    // Decided once: the operands' shapes and strides are fixed by the graph.
+    small_ = kc::small_gemm_kind(kFloat32, a_, b_);
+    const bool small = small_ != kc::SmallGemmKind::None;
+    what_ = join({small ? kc::small_gemm_name(small_) : "cuBLASLt", small ? " kernel" : "", " mm ",
+                  shape_pair(g, m.a, m.b), " + ", kc::gemm_epilogue_name(epilogue_)});
     if (log_enabled(Log::code)) log(Log::code, join({"gemm lowering: ", what_}));
   }
 
   void run() override {
     kc::GemmCall c = call();
+    if (small_ != kc::SmallGemmKind::None) {
+      kc::small_gemm(c);
+      return;
+    }
     if (!started_) start(c);
     // A problem (operand alignments included) without an epilogue algorithm: plain GEMM, then
     // the bias kernel. Decided per call; a plan without algorithms is cached like any other.
@@ -229,7 +245,10 @@ class LoweredGemm final : public LoweredGroup {
       kc::add_bias_rows(device_, kFloat32, c.d, m_.m, m_.n, ld_d_, c.bias, m_.relu);
   }
 
-  int32_t kernels() const override { return fallback_ && m_.bias != kNoValue ? 2 : 1; }
+  int32_t kernels() const override {
+    if (small_ != kc::SmallGemmKind::None) return 1;
+    return fallback_ && m_.bias != kNoValue ? 2 : 1;
+  }
 
   std::string describe() const override {
     std::string s = what_;
@@ -314,6 +333,7 @@ class LoweredGemm final : public LoweredGroup {
   kc::GemmMatrix a_, b_;
   int64_t ld_d_ = 0;
   kc::GemmEpilogue epilogue_ = kc::GemmEpilogue::Bias;
+  kc::SmallGemmKind small_ = kc::SmallGemmKind::None;
   std::string what_;
   bool started_ = false, fallback_ = false;
   GemmAutotuneInfo tune_;
@@ -330,7 +350,10 @@ class LoweredCrossEntropy final : public LoweredGroup {
     n_ = x.shape[0];
     c_ = x.shape[1];
     grad_stride_ = gr.shape.size() == 0 ? 0 : gr.strides[0];
-    what_ = join({"fused cross_entropy forward+backward ", x.shape.str()});
+    const char* red = m.attrs.reduction == LossReduction::Mean  ? " (mean)"
+                      : m.attrs.reduction == LossReduction::Sum ? " (sum)"
+                                                                : "";
+    what_ = join({"fused cross_entropy forward+backward ", x.shape.str(), red});
     if (log_enabled(Log::code)) log(Log::code, join({"cross-entropy lowering: ", what_}));
   }
 
@@ -349,10 +372,15 @@ class LoweredCrossEntropy final : public LoweredGroup {
     c.c = c_;
     c.ignore_index = m_.attrs.ignore_index;
     c.label_smoothing = m_.attrs.label_smoothing;
+    c.reduction = m_.attrs.reduction;
     kc::cross_entropy_fused(c);
   }
 
-  int32_t kernels() const override { return 1; }
+  int32_t kernels() const override {
+    if (m_.attrs.reduction == LossReduction::None) return 1;
+    return kc::cross_entropy_reduced_kernels(n_, c_, m_.attrs.reduction == LossReduction::Mean,
+                                             device_);
+  }
   std::string describe() const override { return what_; }
 
  private:

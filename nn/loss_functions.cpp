@@ -121,11 +121,17 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target,
   EMBER_CHECK(options.label_smoothing() >= 0 && options.label_smoothing() <= 1, who,
               ": label_smoothing must be in [0, 1], got ", options.label_smoothing());
   const ClassRows c = class_rows(input, target, who);
-  const Tensor per = named_errors(who, [&] {
-    return cross_entropy_per_sample(c.input, c.target, options.ignore_index(),
-                                    options.label_smoothing());
+  // Mean and sum happen inside the op: one kernel on the GPU, not the per-sample losses
+  // followed by a count of the targets, a sum and a division.
+  const Reduction r = options.reduction();
+  const LossReduction lr = r == Reduction::Mean  ? LossReduction::Mean
+                           : r == Reduction::Sum ? LossReduction::Sum
+                                                 : LossReduction::None;
+  const Tensor loss = named_errors(who, [&] {
+    return cross_entropy_reduced(c.input, c.target, options.ignore_index(),
+                                 options.label_smoothing(), lr);
   });
-  return reduce_counted(per, c.target, options.ignore_index(), options.reduction(), c.target_shape);
+  return lr == LossReduction::None ? loss.reshape(c.target_shape) : loss;
 }
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& options,

@@ -34,12 +34,12 @@ bool attrs_equal(const Attrs& a, const Attrs& b) {
          double_equal(a.range_start, b.range_start) && double_equal(a.range_end, b.range_end) &&
          double_equal(a.range_step, b.range_step) && a.dtype == b.dtype && a.device == b.device &&
          a.ignore_index == b.ignore_index && double_equal(a.label_smoothing, b.label_smoothing) &&
-         a.num_classes == b.num_classes && a.seed == b.seed && a.offset == b.offset &&
-         a.num_tensors == b.num_tensors && a.nesterov == b.nesterov && a.maximize == b.maximize &&
-         a.momentum_buffers == b.momentum_buffers;
+         a.reduction == b.reduction && a.num_classes == b.num_classes && a.seed == b.seed &&
+         a.offset == b.offset && a.num_tensors == b.num_tensors && a.nesterov == b.nesterov &&
+         a.maximize == b.maximize && a.momentum_buffers == b.momentum_buffers;
 }
 // A new Attrs field changes the struct's size: extend attrs_equal, then this number.
-static_assert(sizeof(void*) != 8 || sizeof(Attrs) == 328,
+static_assert(sizeof(void*) != 8 || sizeof(Attrs) == 336,
               "Attrs changed: compare the new field in attrs_equal");
 
 bool mergeable_kind(OpKind k) {

@@ -27,7 +27,8 @@ bool is_fusable_reduce(const Node& n) {
 }
 
 bool same_loss_attrs(const Attrs& a, const Attrs& b) {
-  return a.ignore_index == b.ignore_index && a.label_smoothing == b.label_smoothing;
+  return a.ignore_index == b.ignore_index && a.label_smoothing == b.label_smoothing &&
+         a.reduction == b.reduction;
 }
 
 template <class V, class T>

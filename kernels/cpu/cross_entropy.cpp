@@ -3,7 +3,9 @@
 // (1 - e) onehot(t) + e / C):
 //   forward  loss[i]   = lse(x_i) - (1 - e) x_i[t_i] - e/C sum_c x_i[c]
 //   backward dx[i, c]  = grad[i] (softmax(x_i)[c] - (1 - e) [c == t_i] - e/C)
-// Rows whose target is ignore_index give 0. Every target is validated before any output is
+// Rows whose target is ignore_index give 0. Reduced (mean or sum) the rows' losses add up in
+// double and round once; a mean divides by the count of targets that are not ignored, and its
+// gradient reaches each row as grad / count. Every target is validated before any output is
 // written, so a bad batch leaves `out` alone. Rows are computed in double.
 #include <cmath>
 #include <cstdint>
@@ -66,20 +68,31 @@ void forward_typed(const KernelCall& call) {
   const T* x = static_cast<const T*>(logits.raw_data());
   const int64_t* t = static_cast<const int64_t*>(target.raw_data());
   T* y = static_cast<T*>(out.raw_data());
+  const LossReduction red = call.attrs.reduction;
   const int64_t xs0 = logits.stride(0), xs1 = logits.stride(1), ts = target.stride(0),
-                ys = out.stride(0);
+                ys = red == LossReduction::None ? out.stride(0) : 0;
   check_targets(t, ts, n, c, ignore);
+  double total = 0;  // reduced: the rows' losses in double, rounded once
+  int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = t[i * ts];
     if (k == ignore) {
-      y[i * ys] = T(0.0f);
+      if (red == LossReduction::None) y[i * ys] = T(0.0f);
       continue;
     }
     const T* row = x + i * xs0;
     double loss = row_logsumexp(row, xs1, c) - (1 - e) * static_cast<double>(row[k * xs1]);
     if (e != 0) loss -= e / static_cast<double>(c) * row_sum(row, xs1, c);
-    y[i * ys] = from_double<T>(loss);
+    if (red == LossReduction::None) {
+      y[i * ys] = from_double<T>(loss);
+    } else {
+      total += loss;
+      ++count;
+    }
   }
+  // A mean over no targets is 0 / 0: NaN, as in PyTorch.
+  if (red == LossReduction::Mean) y[0] = from_double<T>(total / static_cast<double>(count));
+  if (red == LossReduction::Sum) y[0] = from_double<T>(total);
 }
 
 // inputs: grad [N] (any stride: a mean's backward hands an expanded scalar), logits, target.
@@ -97,9 +110,18 @@ void backward_typed(const KernelCall& call) {
   const T* x = static_cast<const T*>(logits.raw_data());
   const int64_t* t = static_cast<const int64_t*>(target.raw_data());
   T* dx = static_cast<T*>(out.raw_data());
-  const int64_t gs = grad.stride(0), xs0 = logits.stride(0), xs1 = logits.stride(1),
-                ts = target.stride(0), os0 = out.stride(0), os1 = out.stride(1);
+  const LossReduction red = call.attrs.reduction;
+  const int64_t gs = red == LossReduction::None ? grad.stride(0) : 0, xs0 = logits.stride(0),
+                xs1 = logits.stride(1), ts = target.stride(0), os0 = out.stride(0),
+                os1 = out.stride(1);
   check_targets(t, ts, n, c, ignore);
+  // A mean's gradient reaches each counted row divided by the count.
+  double scale = 1;
+  if (red == LossReduction::Mean) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; ++i) count += t[i * ts] != ignore;
+    scale = 1.0 / static_cast<double>(count);
+  }
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = t[i * ts];
     T* orow = dx + i * os0;
@@ -109,7 +131,7 @@ void backward_typed(const KernelCall& call) {
     }
     const T* row = x + i * xs0;
     const double lse = row_logsumexp(row, xs1, c);
-    const double gi = static_cast<double>(g[i * gs]);
+    const double gi = static_cast<double>(g[i * gs]) * scale;
     for (int64_t j = 0; j < c; ++j) {
       const double p = std::exp(static_cast<double>(row[j * xs1]) - lse);
       orow[j * os1] = from_double<T>(gi * (p - (j == k ? on : 0.0) - off));
@@ -138,14 +160,17 @@ void cross_entropy(const KernelCall& call) {
       dtype_name(target.dtype()), " -> ", dtype_name(out.dtype()));
   if (backward) {
     const Tensor& grad = call.inputs[0];
-    EMBER_CHECK(grad.dim() == 1 && grad.size(0) == n && grad.dtype() == logits.dtype(), name,
-                ": grad ", dtype_name(grad.dtype()), " ", grad.sizes(), " does not fit logits ",
-                dtype_name(logits.dtype()), " ", logits.sizes());
+    const bool reduced = call.attrs.reduction != LossReduction::None;
+    EMBER_CHECK((reduced ? grad.dim() == 0 : grad.dim() == 1 && grad.size(0) == n) &&
+                    grad.dtype() == logits.dtype(),
+                name, ": grad ", dtype_name(grad.dtype()), " ", grad.sizes(),
+                " does not fit logits ", dtype_name(logits.dtype()), " ", logits.sizes());
     EMBER_CHECK(out.sizes() == logits.sizes(), name, ": output shape ", out.sizes(),
                 " is not the logits' ", logits.sizes());
   } else {
-    EMBER_CHECK(out.dim() == 1 && out.size(0) == n, name, ": output shape ", out.sizes(),
-                " is not [", n, "]");
+    const bool reduced = call.attrs.reduction != LossReduction::None;
+    EMBER_CHECK(reduced ? out.dim() == 0 : out.dim() == 1 && out.size(0) == n, name,
+                ": output shape ", out.sizes(), " does not fit ", n, " samples");
   }
   visit_dtype(logits.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

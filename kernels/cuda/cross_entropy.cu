@@ -1,5 +1,6 @@
-// Launchers of cross_entropy.cuh: the eager cross_entropy and cross_entropy_backward, and the
-// fused pair the JIT's CrossEntropy lowering calls (cross_entropy_fused.h).
+// Launchers of cross_entropy.cuh: the eager cross_entropy and cross_entropy_backward (per row, or
+// reduced to a mean or sum), and the fused pair the JIT's CrossEntropy lowering calls
+// (cross_entropy_fused.h).
 #include <algorithm>
 #include <type_traits>
 
@@ -43,7 +44,66 @@ void launch_rows(DType dtype, const void* logits, const int64_t* target, const v
   });
 }
 
+// The launch shape of cross_entropy_reduced_kernel, a function of (N, C, device) alone, so the
+// eager forward, the eager backward and the fused pair fold the loss in the same order. Up to
+// four rows per row group fit one block of 1024 threads (no partials, the count taken inline);
+// longer batches spread over 256-thread blocks, at most the scratch's slots.
+struct ReducedShape {
+  dim3 block, grid;
+};
+ReducedShape reduced_shape(int64_t N, int64_t C, int device) {
+  const int64_t per_row = C <= 1024 ? 32 : C <= 8192 ? 256 : 1024;
+  const int64_t wide_rows = 1024 / per_row;
+  if (N <= 4 * wide_rows)
+    return {dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(wide_rows)), dim3(1)};
+  const int64_t rows = std::max<int64_t>(1, 256 / per_row);
+  const int64_t blocks = std::min<int64_t>(ceil_div(N, rows), finish_scratch(device).slots);
+  return {dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows)),
+          dim3(static_cast<unsigned>(blocks))};
+}
+
+// The mean- or sum-reduced loss [] and/or the logits' gradient, `grad` the loss's gradient [].
+void launch_reduced(DType dtype, const void* logits, const int64_t* target, const void* grad,
+                    void* loss, void* dx, int64_t N, int64_t C, int64_t ignore_index,
+                    double smoothing, bool mean, int device, const char* name) {
+  cudaStream_t s = stream(device);
+  DeviceErrorFlag* flag = device_error_flag(device);
+  const FinishScratch fs = finish_scratch(device);
+  const ReducedShape shape = reduced_shape(N, C, device);
+  const bool gradient = dx != nullptr;
+  if (gradient && mean && shape.grid.x > 1) {
+    dev::count_targets_kernel<<<1, 1024, 0, s>>>(target, N, ignore_index, fs.count);
+    check_launch(name);
+  }
+  visit_float_dtype(dtype, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const auto* x = static_cast<const T*>(logits);
+    const auto* g = static_cast<const T*>(grad);
+    auto* l = static_cast<T*>(loss);
+    auto* d = static_cast<T*>(dx);
+    const Acc e = static_cast<Acc>(smoothing);
+    if (d == nullptr)
+      dev::cross_entropy_reduced_kernel<T, Acc, true, false><<<shape.grid, shape.block, 0, s>>>(
+          x, target, g, l, d, N, C, ignore_index, e, mean, fs.count, fs.partial_sum,
+          fs.partial_count, fs.ticket, flag);
+    else if (l == nullptr)
+      dev::cross_entropy_reduced_kernel<T, Acc, false, true><<<shape.grid, shape.block, 0, s>>>(
+          x, target, g, l, d, N, C, ignore_index, e, mean, fs.count, fs.partial_sum,
+          fs.partial_count, fs.ticket, flag);
+    else
+      dev::cross_entropy_reduced_kernel<T, Acc, true, true><<<shape.grid, shape.block, 0, s>>>(
+          x, target, g, l, d, N, C, ignore_index, e, mean, fs.count, fs.partial_sum,
+          fs.partial_count, fs.ticket, flag);
+    check_launch(name);
+  });
+}
+
 }  // namespace
+
+int cross_entropy_reduced_kernels(int64_t n, int64_t c, bool mean, int device) {
+  return mean && reduced_shape(n, c, device).grid.x > 1 ? 2 : 1;
+}
 
 void cross_entropy(const KernelCall& call) {
   const bool backward = call.op == OpId::cross_entropy_backward;
@@ -52,10 +112,21 @@ void cross_entropy(const KernelCall& call) {
   const Tensor& target = call.inputs[backward ? 2 : 1];
   const Tensor& out = call.out;
   const int64_t N = logits.size(0), C = logits.size(1);
-  if (N == 0) return;
   EMBER_CHECK(logits.is_contiguous() && target.is_contiguous() && out.is_contiguous(), name,
               ": CUDA kernel needs contiguous logits, target and output");
   const int64_t* t = static_cast<const int64_t*>(target.raw_data());
+  const LossReduction red = call.attrs.reduction;
+  if (red != LossReduction::None) {
+    // A reduced loss over no rows is still written (mean: NaN, sum: 0).
+    if (backward && N == 0) return;
+    const bool mean = red == LossReduction::Mean;
+    launch_reduced(
+        logits.dtype(), logits.raw_data(), t, backward ? call.inputs[0].raw_data() : nullptr,
+        backward ? nullptr : out.raw_data(), backward ? out.raw_data() : nullptr, N, C,
+        call.attrs.ignore_index, call.attrs.label_smoothing, mean, out.device().index, name);
+    return;
+  }
+  if (N == 0) return;
   if (backward) {
     const Tensor& grad = call.inputs[0];
     const int64_t gs = grad.dim() == 0 ? 0 : grad.stride(0);
@@ -71,10 +142,26 @@ void cross_entropy(const KernelCall& call) {
 void cross_entropy_fused(const CrossEntropyFusedCall& call) {
   const char* name = "cross_entropy_fused";
   EMBER_CHECK(call.n >= 0 && call.c > 0, name, ": bad shape [", call.n, ",", call.c, "]");
-  if (call.n == 0) return;
+  const bool reduced = call.reduction != LossReduction::None;
+  DeviceGuard guard(call.device);
+  if (call.n == 0) {
+    // No rows: nothing to differentiate, but a reduced loss is still written (mean: NaN).
+    if (!reduced) return;
+    EMBER_CHECK(call.loss, name, ": a reduced loss needs its output");
+    launch_reduced(call.dtype, call.logits, call.target, nullptr, call.loss, nullptr, 0, call.c,
+                   call.ignore_index, call.label_smoothing, call.reduction == LossReduction::Mean,
+                   call.device, name);
+    return;
+  }
   EMBER_CHECK(call.logits && call.target && call.grad && call.dlogits, name,
               ": null logits, target, grad or dlogits");
-  DeviceGuard guard(call.device);
+  if (reduced) {
+    EMBER_CHECK(call.loss, name, ": a reduced loss needs its output");
+    launch_reduced(call.dtype, call.logits, call.target, call.grad, call.loss, call.dlogits, call.n,
+                   call.c, call.ignore_index, call.label_smoothing,
+                   call.reduction == LossReduction::Mean, call.device, name);
+    return;
+  }
   launch_rows(call.dtype, call.logits, call.target, call.grad, call.grad_stride, call.loss,
               call.dlogits, call.n, call.c, call.ignore_index, call.label_smoothing, call.device,
               name);

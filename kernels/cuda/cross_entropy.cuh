@@ -69,4 +69,169 @@ __global__ void cross_entropy_rows_kernel(const T* __restrict__ logits,
   }
 }
 
+// ---- the mean- and sum-reduced loss ---------------------------------------------------------
+//
+// cross_entropy with reduction mean or sum: the row losses, their sum and the count of targets
+// that are not ignore_index, finished inside the launch, so the loss is one kernel instead of
+// the per-row kernel plus four reductions and divisions. One kernel again serves the eager
+// forward (kLoss), the eager backward (kGrad) and the JIT's fused pair (both), so the pair equals
+// the eager kernels bit for bit:
+//  - rows: row group ty of block b takes rows b * R + ty, then + gridDim.x * R, ... (R =
+//    blockDim.y), the same rows in every variant, each computed exactly as the per-row kernel does;
+//  - the loss: each group's leader adds its rows' losses in that order (Acc), the block adds its
+//    groups' sums in ty order; with one block that is the total, else each block stores its sum
+//    as a partial and the block taking the last ticket folds the partials (thread t: t, t + nt,
+//    ..., then a halving tree), so the order depends on the launch shape only;
+//  - the count is exact (integers), however it is added;
+//  - the gradient: every row gets grad * (softmax - target distribution) with grad the loss's
+//    gradient divided by the count (mean) or as it is (sum). A one-block launch counts the targets
+//    itself first; a wider one reads the count that count_targets_kernel stored before it.
+// A target outside [0, C) raises the device error flag and its row adds 0 (and is counted).
+
+// The number of targets that are not ignore_index, into *count: one block.
+__global__ void count_targets_kernel(const int64_t* __restrict__ target, int64_t N,
+                                     int64_t ignore_index, long long* __restrict__ count) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  long long c = 0;
+  for (int64_t i = tid; i < N; i += nt) c += target[i] != ignore_index;
+  __shared__ long long cell[1024];
+  cell[tid] = c;
+  __syncthreads();
+  for (int h = nt / 2; h > 0; h >>= 1) {
+    if (tid < h) cell[tid] += cell[tid + h];
+    __syncthreads();
+  }
+  if (tid == 0) *count = cell[0];
+}
+
+// Sum over the block's threads in a fixed order (a halving tree over blockDim.x * blockDim.y
+// threads, a power of two); every thread gets the total. `cell` holds one T per thread.
+template <class T>
+__device__ __forceinline__ T block_tree_sum(T v, T* cell, int tid, int nt) {
+  cell[tid] = v;
+  __syncthreads();
+  for (int h = nt / 2; h > 0; h >>= 1) {
+    if (tid < h) cell[tid] += cell[tid + h];
+    __syncthreads();
+  }
+  const T total = cell[0];
+  __syncthreads();
+  return total;
+}
+
+template <class T, class Acc, bool kLoss, bool kGrad>
+__global__ void cross_entropy_reduced_kernel(
+    const T* __restrict__ logits, const int64_t* __restrict__ target, const T* __restrict__ grad,
+    T* __restrict__ loss, T* __restrict__ dx, int64_t N, int64_t C, int64_t ignore_index,
+    Acc smoothing, bool mean, const long long* __restrict__ count_in, double* partial_sum,
+    long long* partial_count, unsigned* ticket, DeviceErrorFlag* flag) {
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+  const int rows = blockDim.y;
+  __shared__ long long count_cell[1024];
+  Acc scale = Acc(0);
+  if (kGrad) {
+    scale = to_acc<Acc>(grad[0]);
+    if (mean) {
+      long long count = 0;
+      if (gridDim.x == 1) {
+        for (int64_t i = tid; i < N; i += nt) count += target[i] != ignore_index;
+        count = block_tree_sum(count, count_cell, tid, nt);
+      } else {
+        count = *count_in;
+      }
+      scale = scale / static_cast<Acc>(count);
+    }
+  }
+
+  const LseOp<Acc> op;
+  Acc my_loss = Acc(0);
+  long long my_count = 0;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * rows;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows; base < N; base += step) {
+    const int64_t row = base + threadIdx.y;
+    const bool live = row < N;
+    const T* x = logits + row * C;
+    LseState<Acc> st = op.identity();
+    if (live) fold_contiguous<LseOp<Acc>, Acc>(op, st, x, 0, C, threadIdx.x, blockDim.x);
+    st = row_allreduce(op, st);
+    Acc sum = Acc(0);
+    if (kLoss && smoothing != Acc(0)) {
+      const SumOp<Acc> sum_op;
+      if (live) fold_contiguous<SumOp<Acc>, Acc>(sum_op, sum, x, 0, C, threadIdx.x, blockDim.x);
+      sum = row_allreduce(sum_op, sum);
+    }
+    if (!live) continue;  // the loop bound is uniform, so every thread still meets the barriers
+    const int64_t t = target[row];
+    const bool ignored = t == ignore_index;
+    const bool bad = !ignored && (t < 0 || t >= C);
+    if (threadIdx.x == 0) {
+      if (bad) raise_device_error(flag, kCrossEntropyTarget, t, C);
+      my_count += !ignored;
+      if (kLoss && !ignored && !bad) {
+        Acc l = op.value(st) - (Acc(1) - smoothing) * to_acc<Acc>(x[t]);
+        if (smoothing != Acc(0)) l -= smoothing / static_cast<Acc>(C) * sum;
+        my_loss += l;
+      }
+    }
+    if (!kGrad) continue;
+    T* o = dx + row * C;
+    if (ignored || bad) {
+      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) o[j] = from_acc<T>(Acc(0));
+      continue;
+    }
+    const Acc lse = op.value(st);
+    const Acc off = smoothing / static_cast<Acc>(C), on = Acc(1) - smoothing;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+      const Acc p = exp_acc(to_acc<Acc>(x[j]) - lse);
+      o[j] = from_acc<T>(scale * (p - (j == t ? on : Acc(0)) - off));
+    }
+  }
+  if (!kLoss) return;
+
+  // The block's sum: group leaders' sums in ty order.
+  __shared__ Acc group_loss[32];
+  __shared__ long long group_count[32];
+  if (threadIdx.x == 0) {
+    group_loss[threadIdx.y] = my_loss;
+    group_count[threadIdx.y] = my_count;
+  }
+  __syncthreads();
+  Acc block_loss = Acc(0);
+  long long block_count = 0;
+  if (tid == 0)
+    for (int r = 0; r < rows; ++r) {
+      block_loss += group_loss[r];
+      block_count += group_count[r];
+    }
+  if (gridDim.x == 1) {
+    if (tid == 0)
+      loss[0] = from_acc<T>(mean ? block_loss / static_cast<Acc>(block_count) : block_loss);
+    return;
+  }
+  __shared__ bool last;
+  if (tid == 0) {
+    partial_sum[blockIdx.x] = static_cast<double>(block_loss);
+    partial_count[blockIdx.x] = block_count;
+    __threadfence();  // the partials are visible before the ticket is taken
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  Acc total = Acc(0);
+  long long count = 0;
+  for (unsigned k = tid; k < gridDim.x; k += nt) {
+    // Written by other blocks of this launch: bypass the (incoherent) L1.
+    total += static_cast<Acc>(*static_cast<const volatile double*>(&partial_sum[k]));
+    count += *static_cast<const volatile long long*>(&partial_count[k]);
+  }
+  __shared__ Acc total_cell[1024];
+  total = block_tree_sum(total, total_cell, tid, nt);
+  count = block_tree_sum(count, count_cell, tid, nt);
+  if (tid == 0) {
+    loss[0] = from_acc<T>(mean ? total / static_cast<Acc>(count) : total);
+    *ticket = 0;  // for the next launch (CUDA-graph replays included: no memset needed)
+  }
+}
+
 }  // namespace ember::kernels::cuda::dev

@@ -23,6 +23,7 @@ struct DeviceState {
   cublasHandle_t blas = nullptr;
   cublasLtHandle_t blaslt = nullptr;
   Workspace workspace;
+  FinishScratch finish;
 };
 
 struct Runtime {
@@ -63,6 +64,21 @@ DeviceState& ready(int dev) {
     void* device = nullptr;
     EMBER_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
     s.error_device = static_cast<DeviceErrorFlag*>(device);
+    // Here with the stream, not on first use: the first use may be inside a CUDA-graph capture,
+    // where allocating and zeroing would break the capture.
+    FinishScratch& f = s.finish;
+    f.slots = kFinishSlotsPerSm * std::max(s.sm_count, 1);
+    // [slots] doubles, [slots] int64, the count, then the ticket; 8-byte aligned throughout.
+    const size_t bytes = static_cast<size_t>(f.slots) * 16 + 16;
+    void* p = nullptr;
+    EMBER_CUDA_CHECK(cudaMalloc(&p, bytes));  // never freed, like the workspace
+    EMBER_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    EMBER_CUDA_CHECK(cudaDeviceSynchronize());  // our stream does not wait for the legacy one
+    auto* base = static_cast<char*>(p);
+    f.partial_sum = reinterpret_cast<double*>(base);
+    f.partial_count = reinterpret_cast<long long*>(base + size_t{8} * f.slots);
+    f.count = reinterpret_cast<long long*>(base + size_t{16} * f.slots);
+    f.ticket = reinterpret_cast<unsigned*>(base + size_t{16} * f.slots + 8);
   });
   return s;
 }
@@ -161,6 +177,8 @@ Workspace cublas_workspace(int dev) {
   });
   return s.workspace;
 }
+
+FinishScratch finish_scratch(int dev) { return ready(dev).finish; }
 
 DeviceErrorFlag* device_error_flag(int dev) { return ready(dev).error_device; }
 

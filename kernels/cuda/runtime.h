@@ -69,6 +69,20 @@ struct Workspace {
 // order, so they can all share it.
 Workspace cublas_workspace(int dev);
 
+// Per-device scratch of the reductions that finish inside their own launch (the last block to
+// take the ticket folds every block's partial, then resets the ticket to 0): the mean-reduced
+// cross entropy. Kernels on stream(dev) run one after another, so they can share it; its address
+// never changes, so a captured CUDA graph can use it too. Zeroed once, never freed.
+inline constexpr int kFinishSlotsPerSm = 4;
+struct FinishScratch {
+  int slots = 0;                       // partials available: kFinishSlotsPerSm per SM
+  double* partial_sum = nullptr;       // [slots]
+  long long* partial_count = nullptr;  // [slots]
+  long long* count = nullptr;          // one value, written by a counting kernel
+  unsigned* ticket = nullptr;          // 0 between launches
+};
+FinishScratch finish_scratch(int dev);
+
 // The device-visible address of `dev`'s error record: pass it to kernels, which call
 // raise_device_error (kernels/cuda/device_error.cuh).
 DeviceErrorFlag* device_error_flag(int dev);

@@ -695,6 +695,133 @@ TEST_CASE("cross_entropy_fused: a bad target raises ember::Error at the next syn
   CHECK_THROWS_WITH(cuda::synchronize(0), Catch::Contains("-5"));
 }
 
+namespace {
+
+// The reduced loss (mean or sum) with its gradient, through the fused call and through the eager
+// ops, and the float64 reference of both (the CPU kernels compute rows in double).
+struct ReducedCe {
+  Tensor loss, dlogits;
+};
+
+ReducedCe fused_reduced(const Tensor& logits, const Tensor& target, const Tensor& grad,
+                        int64_t ignore, double smoothing, LossReduction red) {
+  ReducedCe r;
+  const int64_t N = logits.size(0), C = logits.size(1);
+  r.loss = full({}, 7.0, TensorOptions(logits.device()));  // must be overwritten
+  r.dlogits = full({N, C}, std::nan(""), TensorOptions(logits.device()));
+  kc::CrossEntropyFusedCall c;
+  c.device = logits.device().index;
+  c.dtype = logits.dtype();
+  c.logits = logits.raw_data();
+  c.target = static_cast<const int64_t*>(target.raw_data());
+  c.grad = grad.raw_data();
+  c.grad_stride = 0;
+  c.loss = r.loss.raw_data();
+  c.dlogits = r.dlogits.raw_data();
+  c.n = N;
+  c.c = C;
+  c.ignore_index = ignore;
+  c.label_smoothing = smoothing;
+  c.reduction = red;
+  kc::cross_entropy_fused(c);
+  return r;
+}
+
+ReducedCe eager_reduced(const Tensor& logits, const Tensor& target, const Tensor& grad,
+                        int64_t ignore, double smoothing, LossReduction red) {
+  NoGradGuard ng;
+  Attrs a;
+  a.ignore_index = ignore;
+  a.label_smoothing = smoothing;
+  a.reduction = red;
+  ReducedCe r;
+  r.loss = dispatch(OpId::cross_entropy, {logits, target}, a);
+  r.dlogits = dispatch(OpId::cross_entropy_backward, {grad, logits, target}, a);
+  return r;
+}
+
+// Per-sample losses in float64, reduced here: the reference written out in the test.
+double reference_loss(const Tensor& logits, const Tensor& target, int64_t ignore, double e,
+                      LossReduction red) {
+  const std::vector<double> x = host(logits.to(kFloat64));
+  const std::vector<int64_t> t = target.cpu().to_vector<int64_t>();
+  const int64_t N = logits.size(0), C = logits.size(1);
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (t[i] == ignore) continue;
+    double m = -INFINITY, s = 0, sum = 0;
+    for (int64_t j = 0; j < C; ++j) m = std::max(m, x[i * C + j]);
+    for (int64_t j = 0; j < C; ++j) s += std::exp(x[i * C + j] - m), sum += x[i * C + j];
+    total += m + std::log(s) - (1 - e) * x[i * C + t[i]] - e / static_cast<double>(C) * sum;
+    ++count;
+  }
+  return red == LossReduction::Mean ? total / static_cast<double>(count) : total;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy_fused: the mean and sum in one launch equal eager and float64",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  manual_seed(22);
+  // One block (up to 4 rows per row group), many blocks (a count kernel first for the mean's
+  // gradient), each row width's launch shape, and more rows than the scratch has block slots.
+  const struct {
+    int64_t n, c;
+  } shapes[] = {{64, 10},   {128, 10}, {129, 10},   {8192, 10},
+                {70000, 3}, {7, 1000}, {300, 3001}, {17, 10007}};
+  for (const auto& s : shapes)
+    for (LossReduction red : {LossReduction::Mean, LossReduction::Sum})
+      for (double smoothing : {0.0, 0.1}) {
+        const int64_t ignore = 0;
+        const std::string what = "N=" + std::to_string(s.n) + " C=" + std::to_string(s.c) +
+                                 (red == LossReduction::Mean ? " mean" : " sum") + " smoothing " +
+                                 std::to_string(smoothing);
+        INFO(what);
+        const Tensor logits = randn({s.n, s.c}, dev) * 3.0;
+        const Tensor target = randint(0, s.c, {s.n}, dev);  // class 0 ignored: ~1/C of the rows
+        const Tensor grad = full({}, 0.75, dev);
+        const ReducedCe f = fused_reduced(logits, target, grad, ignore, smoothing, red);
+        const ReducedCe f2 = fused_reduced(logits, target, grad, ignore, smoothing, red);
+        const ReducedCe e = eager_reduced(logits, target, grad, ignore, smoothing, red);
+        cuda::synchronize(0);
+        // The same kernel and launch shape: bitwise equal, and again on a second launch (the
+        // ticket was reset by the first).
+        CHECK(e.loss.item<float>() == f.loss.item<float>());
+        CHECK(f2.loss.item<float>() == f.loss.item<float>());
+        check_ulps(f.dlogits, e.dlogits, what + " dlogits");
+        // Against float64: the loss, and the gradient from the CPU kernels (double rows).
+        const double want = reference_loss(logits, target, ignore, smoothing, red);
+        CHECK(std::abs(f.loss.item<float>() - want) <= 1e-5 * std::abs(want) + 1e-6);
+        const ReducedCe cpu = eager_reduced(logits.cpu().to(kFloat64), target.cpu(),
+                                            grad.cpu().to(kFloat64), ignore, smoothing, red);
+        const std::vector<double> gd = host(f.dlogits), gw = host(cpu.dlogits);
+        double scale = 0;
+        for (double v : gw) scale = std::max(scale, std::abs(v));
+        check_close(gd, gw, 1e-4, std::vector<double>(gw.size(), 1e-6 * scale), what + " vs cpu");
+      }
+  // No rows: the mean is NaN (0 / 0, as in PyTorch), the sum 0; all rows ignored likewise.
+  const Tensor none = randn({0, 4}, dev), no_t = zeros({0}, TensorOptions(kInt64).device(dev));
+  const Tensor g1 = full({}, 1.0, dev);
+  CHECK(std::isnan(fused_reduced(none, no_t, g1, -100, 0, LossReduction::Mean).loss.item<float>()));
+  CHECK(fused_reduced(none, no_t, g1, -100, 0, LossReduction::Sum).loss.item<float>() == 0.f);
+  const Tensor x = randn({300, 4}, dev), ignored = zeros({300}, TensorOptions(kInt64).device(dev));
+  const ReducedCe all = fused_reduced(x, ignored, g1, 0, 0, LossReduction::Mean);
+  CHECK(std::isnan(all.loss.item<float>()));
+  for (double v : host(all.dlogits)) REQUIRE(v == 0.0);
+  // A target out of range is reported at the next synchronize, on one block and on many.
+  for (int64_t n : {int64_t{4}, int64_t{1000}}) {
+    std::vector<int64_t> t(static_cast<size_t>(n), 1);
+    t[2] = 12;
+    const Tensor bad = from_vector(t, {n}).to(dev);
+    (void)fused_reduced(randn({n, 10}, dev), bad, g1, -100, 0, LossReduction::Mean);
+    CHECK_THROWS_WITH(cuda::synchronize(0), Catch::Contains("out of range") &&
+                                                Catch::Contains("12") && Catch::Contains("10"));
+  }
+}
+
 // ---- the lowerings on graphs ----------------------------------------------------------------
 
 namespace {
