@@ -93,6 +93,7 @@ __global__ void count_targets_kernel(const int64_t* __restrict__ target, int64_t
                                      int64_t ignore_index, long long* __restrict__ count) {
   const int tid = threadIdx.x, nt = blockDim.x;
   long long c = 0;
+#pragma unroll 8  // several loads in flight per thread, not one round trip each
   for (int64_t i = tid; i < N; i += nt) c += target[i] != ignore_index;
   __shared__ long long cell[1024];
   cell[tid] = c;
@@ -119,12 +120,16 @@ __device__ __forceinline__ T block_tree_sum(T v, T* cell, int tid, int nt) {
   return total;
 }
 
+// Bounded for 1024 threads (the one-block shape): float64 would otherwise ask for more
+// registers than a 1024-thread block has.
 template <class T, class Acc, bool kLoss, bool kGrad>
-__global__ void cross_entropy_reduced_kernel(
-    const T* __restrict__ logits, const int64_t* __restrict__ target, const T* __restrict__ grad,
-    T* __restrict__ loss, T* __restrict__ dx, int64_t N, int64_t C, int64_t ignore_index,
-    Acc smoothing, bool mean, const long long* __restrict__ count_in, double* partial_sum,
-    long long* partial_count, unsigned* ticket, DeviceErrorFlag* flag) {
+__global__ void __launch_bounds__(1024)
+    cross_entropy_reduced_kernel(const T* __restrict__ logits, const int64_t* __restrict__ target,
+                                 const T* __restrict__ grad, T* __restrict__ loss,
+                                 T* __restrict__ dx, int64_t N, int64_t C, int64_t ignore_index,
+                                 Acc smoothing, bool mean, const long long* __restrict__ count_in,
+                                 double* partial_sum, long long* partial_count, unsigned* ticket,
+                                 DeviceErrorFlag* flag) {
   const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
   const int rows = blockDim.y;
   __shared__ long long count_cell[1024];
@@ -151,6 +156,7 @@ __global__ void cross_entropy_reduced_kernel(
     const int64_t row = base + threadIdx.y;
     const bool live = row < N;
     const T* x = logits + row * C;
+    const int64_t t = live ? target[row] : 0;  // loaded early: its latency overlaps the fold
     LseState<Acc> st = op.identity();
     if (live) fold_contiguous<LseOp<Acc>, Acc>(op, st, x, 0, C, threadIdx.x, blockDim.x);
     st = row_allreduce(op, st);
@@ -161,7 +167,6 @@ __global__ void cross_entropy_reduced_kernel(
       sum = row_allreduce(sum_op, sum);
     }
     if (!live) continue;  // the loop bound is uniform, so every thread still meets the barriers
-    const int64_t t = target[row];
     const bool ignored = t == ignore_index;
     const bool bad = !ignored && (t < 0 || t >= C);
     if (threadIdx.x == 0) {

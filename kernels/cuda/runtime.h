@@ -73,7 +73,7 @@ Workspace cublas_workspace(int dev);
 // take the ticket folds every block's partial, then resets the ticket to 0): the mean-reduced
 // cross entropy. Kernels on stream(dev) run one after another, so they can share it; its address
 // never changes, so a captured CUDA graph can use it too. Zeroed once, never freed.
-inline constexpr int kFinishSlotsPerSm = 4;
+inline constexpr int kFinishSlotsPerSm = 8;
 struct FinishScratch {
   int slots = 0;                       // partials available: kFinishSlotsPerSm per SM
   double* partial_sum = nullptr;       // [slots]

@@ -2,6 +2,7 @@
 // a few checks and one launch on stream(device): no allocation, no synchronization, so the call
 // may be recorded into a CUDA graph.
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/launch_util.h"
@@ -15,6 +16,32 @@ namespace {
 static_assert(dev::kSmallNMaxN == kSmallGemmMaxN, "small_gemm.cuh and small_gemm.h disagree");
 
 constexpr int kSmallKThreads = 256;
+
+// Calls f(std::integral_constant<int, v>) for a runtime v in [kLo, kHi]: the kernels take K or
+// N as a template constant.
+template <int kLo, int kHi, class F>
+void with_constant(int64_t v, F&& f) {
+  if constexpr (kLo <= kHi) {
+    if (v == kLo) {
+      f(std::integral_constant<int, kLo>{});
+    } else {
+      with_constant<kLo + 1, kHi>(v, f);
+    }
+  }
+}
+
+bool aligned16(const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; }
+
+// The float4 SmallK kernel applies: B's rows and D's rows contiguous and 16-byte aligned.
+template <class T>
+bool vec4_fits(const dev::SmallGemmArgs<T>& p) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    return p.n % 4 == 0 && (p.b_cs == 1 || p.n == 1) && p.b_rs % 4 == 0 && p.ld_d % 4 == 0 &&
+           aligned16(p.b) && aligned16(p.d);
+  }
+}
 
 template <class T>
 void launch(const GemmCall& c, SmallGemmKind kind) {
@@ -34,20 +61,37 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   p.relu = c.epilogue == GemmEpilogue::ReluBias;
   cudaStream_t s = stream(c.device);
   if (kind == SmallGemmKind::SmallK) {
-    const int64_t total = p.m * p.n;
+    const bool vec = vec4_fits(p);
+    const int64_t total = vec ? p.m * (p.n / 4) : p.m * p.n;
     const unsigned blocks = grid_stride_blocks(total, kSmallKThreads, c.device);
-    if (total < (int64_t{1} << 31)) {
-      dev::small_k_gemm_kernel<T, uint32_t><<<blocks, kSmallKThreads, 0, s>>>(p);
-    } else {
-      dev::small_k_gemm_kernel<T, int64_t><<<blocks, kSmallKThreads, 0, s>>>(p);
-    }
+    const bool narrow = total < (int64_t{1} << 31);
+    with_constant<0, kSmallGemmMaxK>(p.k, [&](auto kk) {
+      constexpr int kK = decltype(kk)::value;
+      if constexpr (std::is_same_v<T, float>) {
+        if (vec) {
+          if (narrow) {
+            dev::small_k_gemm_vec4_kernel<kK, uint32_t><<<blocks, kSmallKThreads, 0, s>>>(p);
+          } else {
+            dev::small_k_gemm_vec4_kernel<kK, int64_t><<<blocks, kSmallKThreads, 0, s>>>(p);
+          }
+          return;
+        }
+      }
+      if (narrow) {
+        dev::small_k_gemm_kernel<T, kK, uint32_t><<<blocks, kSmallKThreads, 0, s>>>(p);
+      } else {
+        dev::small_k_gemm_kernel<T, kK, int64_t><<<blocks, kSmallKThreads, 0, s>>>(p);
+      }
+    });
     check_launch("small_gemm (small-K)");
     return;
   }
   // Rows per block = warps per block; at most 8 blocks per SM (a full SM of warps) before the
   // warps stride over the remaining rows.
   const unsigned blocks = grid_stride_blocks(p.m, dev::kSmallNWarps, c.device);
-  dev::small_n_gemm_kernel<T><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
+  with_constant<1, kSmallGemmMaxN>(p.n, [&](auto nn) {
+    dev::small_n_gemm_kernel<T, decltype(nn)::value><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
+  });
   check_launch("small_gemm (small-N)");
 }
 
