@@ -89,8 +89,20 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   // Rows per block = warps per block; at most 8 blocks per SM (a full SM of warps) before the
   // warps stride over the remaining rows.
   const unsigned blocks = grid_stride_blocks(p.m, dev::kSmallNWarps, c.device);
+  bool vec = false;
+  if constexpr (std::is_same_v<T, float>) {
+    vec = p.k % 4 == 0 && (p.a_cs == 1 || p.k == 1) && p.b_rs == 1 && p.a_rs % 4 == 0 &&
+          p.b_cs % 4 == 0 && aligned16(p.a) && aligned16(p.b);
+  }
   with_constant<1, kSmallGemmMaxN>(p.n, [&](auto nn) {
-    dev::small_n_gemm_kernel<T, decltype(nn)::value><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
+    constexpr int kN = decltype(nn)::value;
+    if constexpr (std::is_same_v<T, float>) {
+      if (vec) {
+        dev::small_n_gemm_vec4_kernel<kN><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
+        return;
+      }
+    }
+    dev::small_n_gemm_kernel<T, kN><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
   });
   check_launch("small_gemm (small-N)");
 }

@@ -1,0 +1,71 @@
+// Times the handwritten small GEMMs (kernels/cuda/small_gemm.h) against cuBLASLt on the same
+// problems: the seed MLP's layer-2 forward [B,512]x[512,10] and input gradient [B,10]x[10,512].
+// Per call: the mean of 200 back-to-back calls between two synchronizes (so launch gaps count),
+// and one call alone after a synchronize.
+//   small_gemm_time
+#include <ember/ember.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "kernels/cuda/gemm_epilogue.h"
+#include "kernels/cuda/small_gemm.h"
+
+using namespace ember;
+namespace kc = ember::kernels::cuda;
+
+namespace {
+
+kc::GemmMatrix matrix(const Tensor& t) {
+  kc::GemmMatrix m;
+  m.ptr = t.raw_data();
+  m.rows = t.size(0);
+  m.cols = t.size(1);
+  m.row_stride = t.stride(0);
+  m.col_stride = t.stride(1);
+  return m;
+}
+
+double us_per_call(const std::function<void()>& f, int reps) {
+  using Clock = std::chrono::steady_clock;
+  f();
+  cuda::synchronize(0);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  cuda::synchronize(0);
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / reps;
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda::is_available()) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  const Device dev = Device::cuda(0);
+  std::printf("%-28s %12s %12s %12s %12s\n", "problem", "small x200", "small x1", "cuBLASLt x200",
+              "cuBLASLt x1");
+  for (int64_t b : {64, 1024, 8192}) {
+    const Tensor h = randn({b, 512}, dev), w2 = randn({10, 512}, dev), d_o = randn({b, 10}, dev);
+    const struct {
+      const char* name;
+      Tensor a, bm;
+    } problems[] = {{"[B,512]x[512,10] (W^T)", h, w2.t()}, {"[B,10]x[10,512]", d_o, w2}};
+    for (const auto& p : problems) {
+      Tensor d = empty({p.a.size(0), p.bm.size(1)}, TensorOptions(dev));
+      kc::GemmCall c;
+      c.device = 0;
+      c.a = matrix(p.a);
+      c.b = matrix(p.bm);
+      c.d = d.raw_data();
+      const auto small = [&] { kc::small_gemm(c); };
+      const auto lt = [&] { kc::gemm_epilogue(c); };
+      std::printf("B=%-5lld %-20s %12.2f %12.2f %12.2f %12.2f\n", static_cast<long long>(b), p.name,
+                  us_per_call(small, 200), us_per_call(small, 1), us_per_call(lt, 200),
+                  us_per_call(lt, 1));
+    }
+  }
+  return 0;
+}
