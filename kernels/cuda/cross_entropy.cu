@@ -44,20 +44,28 @@ void launch_rows(DType dtype, const void* logits, const int64_t* target, const v
   });
 }
 
-// The launch shape of cross_entropy_reduced_kernel, a function of (N, C, device) alone, so the
-// eager forward, the eager backward and the fused pair fold the loss in the same order. Up to
-// four rows per row group fit one block of 1024 threads (no partials, the count taken inline);
-// longer batches spread over 256-thread blocks, at most the scratch's slots.
+// The launch shape of the reduced kernels, a function of (N, C, device) alone, so the eager
+// forward, the eager backward and the fused pair fold the loss in the same order. Up to
+// kThreadRowMaxC classes: cross_entropy_rowthread_kernel, one thread per row, one 256-thread
+// block for up to 4 rows per thread. Wider rows: cross_entropy_reduced_kernel, up to four rows
+// per row group in one block of 1024 threads. Longer batches spread over 256-thread blocks, at
+// most the scratch's slots (the count of targets then comes from a kernel of its own).
 struct ReducedShape {
   dim3 block, grid;
+  bool rowthread = false;
 };
 ReducedShape reduced_shape(int64_t N, int64_t C, int device) {
+  const int64_t slots = finish_scratch(device).slots;
+  if (C <= dev::kThreadRowMaxC) {
+    const int64_t blocks = N <= 4 * 256 ? 1 : std::min<int64_t>(ceil_div(N, 256), slots);
+    return {dim3(256), dim3(static_cast<unsigned>(blocks)), true};
+  }
   const int64_t per_row = C <= 1024 ? 32 : C <= 8192 ? 256 : 1024;
   const int64_t wide_rows = 1024 / per_row;
   if (N <= 4 * wide_rows)
     return {dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(wide_rows)), dim3(1)};
   const int64_t rows = std::max<int64_t>(1, 256 / per_row);
-  const int64_t blocks = std::min<int64_t>(ceil_div(N, rows), finish_scratch(device).slots);
+  const int64_t blocks = std::min<int64_t>(ceil_div(N, rows), slots);
   return {dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows)),
           dim3(static_cast<unsigned>(blocks))};
 }
@@ -83,6 +91,22 @@ void launch_reduced(DType dtype, const void* logits, const int64_t* target, cons
     auto* l = static_cast<T*>(loss);
     auto* d = static_cast<T*>(dx);
     const Acc e = static_cast<Acc>(smoothing);
+    if (shape.rowthread) {
+      if (d == nullptr)
+        dev::cross_entropy_rowthread_kernel<T, Acc, true, false><<<shape.grid, shape.block, 0, s>>>(
+            x, target, g, l, d, N, C, ignore_index, e, mean, fs.count, fs.partial_sum,
+            fs.partial_count, fs.ticket, flag);
+      else if (l == nullptr)
+        dev::cross_entropy_rowthread_kernel<T, Acc, false, true><<<shape.grid, shape.block, 0, s>>>(
+            x, target, g, l, d, N, C, ignore_index, e, mean, fs.count, fs.partial_sum,
+            fs.partial_count, fs.ticket, flag);
+      else
+        dev::cross_entropy_rowthread_kernel<T, Acc, true, true><<<shape.grid, shape.block, 0, s>>>(
+            x, target, g, l, d, N, C, ignore_index, e, mean, fs.count, fs.partial_sum,
+            fs.partial_count, fs.ticket, flag);
+      check_launch(name);
+      return;
+    }
     if (d == nullptr)
       dev::cross_entropy_reduced_kernel<T, Acc, true, false><<<shape.grid, shape.block, 0, s>>>(
           x, target, g, l, d, N, C, ignore_index, e, mean, fs.count, fs.partial_sum,

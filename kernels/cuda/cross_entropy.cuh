@@ -266,4 +266,121 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// The same loss for rows of at most kThreadRowMaxC classes, one thread per row: a warp per row
+// leaves 22 of 32 lanes idle at 10 classes and spends its time in shuffles. 1-D blocks of 256
+// threads; thread t of block b takes rows b * 256 + t, then + gridDim.x * 256, ... and folds its
+// row's classes in order. The loss: each thread adds its rows' losses in that order, the block
+// adds its threads' sums by a halving tree, and several blocks finish through the ticket as in
+// cross_entropy_reduced_kernel. A one-block launch (at most kHeld rows per thread) counts the
+// targets as it goes and writes the gradient rows afterwards; a wider one reads count_in.
+inline constexpr int kThreadRowMaxC = 32;
+
+template <class T, class Acc, bool kLoss, bool kGrad>
+__global__ void __launch_bounds__(256)
+    cross_entropy_rowthread_kernel(const T* __restrict__ logits, const int64_t* __restrict__ target,
+                                   const T* __restrict__ grad, T* __restrict__ loss,
+                                   T* __restrict__ dx, int64_t N, int64_t C, int64_t ignore_index,
+                                   Acc smoothing, bool mean, const long long* __restrict__ count_in,
+                                   double* partial_sum, long long* partial_count, unsigned* ticket,
+                                   DeviceErrorFlag* flag) {
+  constexpr int kHeld = 4;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const bool defer = kGrad && mean && gridDim.x == 1;
+  Acc scale = Acc(0);
+  if (kGrad) {
+    scale = to_acc<Acc>(grad[0]);
+    if (mean && !defer) scale = scale / static_cast<Acc>(*count_in);
+  }
+  const Acc off = smoothing / static_cast<Acc>(C), on = Acc(1) - smoothing;
+  auto write_row = [&](int64_t row, int64_t t, Acc lse, Acc g) {
+    const T* x = logits + row * C;
+    T* o = dx + row * C;
+    const bool zero = t == ignore_index || t < 0 || t >= C;
+    for (int64_t j = 0; j < C; ++j) {
+      const Acc p = exp_acc(to_acc<Acc>(x[j]) - lse);
+      o[j] = from_acc<T>(zero ? Acc(0) : g * (p - (j == t ? on : Acc(0)) - off));
+    }
+  };
+  const LseOp<Acc> op;
+  Acc my_loss = Acc(0);
+  long long my_count = 0;
+  Acc held_lse[kHeld];
+  int64_t held_t[kHeld];
+  const int64_t step = static_cast<int64_t>(gridDim.x) * nt;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * nt + tid;
+#pragma unroll
+  for (int it = 0; it < kHeld + 1; ++it) {
+    for (; row < N; row += step) {
+      const T* x = logits + row * C;
+      const int64_t t = target[row];
+      LseState<Acc> st = op.identity();
+      Acc sum = Acc(0);
+      for (int64_t j = 0; j < C; ++j) {
+        const Acc v = to_acc<Acc>(x[j]);
+        op.step(st, v, j);
+        sum += v;
+      }
+      const Acc lse = op.value(st);
+      const bool ignored = t == ignore_index;
+      const bool bad = !ignored && (t < 0 || t >= C);
+      if (bad) raise_device_error(flag, kCrossEntropyTarget, t, C);
+      my_count += !ignored;
+      if (kLoss && !ignored && !bad) {
+        Acc l = lse - (Acc(1) - smoothing) * to_acc<Acc>(x[t]);
+        if (smoothing != Acc(0)) l -= smoothing / static_cast<Acc>(C) * sum;
+        my_loss += l;
+      }
+      if (it < kHeld) {
+        held_lse[it < kHeld ? it : 0] = lse;
+        held_t[it < kHeld ? it : 0] = t;
+      }
+      if (kGrad && !defer) write_row(row, t, lse, scale);
+      if (it < kHeld) {
+        row += step;
+        break;
+      }
+    }
+  }
+  if (!kLoss && !defer) return;
+  __shared__ Acc loss_cell[256];
+  __shared__ long long count_cell[256];
+  const Acc block_loss = block_tree_sum(my_loss, loss_cell, tid, nt);
+  const long long block_count = block_tree_sum(my_count, count_cell, tid, nt);
+  if (defer) {
+    const Acc g = scale / static_cast<Acc>(block_count);
+    row = tid;
+#pragma unroll
+    for (int it = 0; it < kHeld; ++it, row += nt)
+      if (row < N) write_row(row, held_t[it], held_lse[it], g);
+  }
+  if (!kLoss) return;
+  if (gridDim.x == 1) {
+    if (tid == 0)
+      loss[0] = from_acc<T>(mean ? block_loss / static_cast<Acc>(block_count) : block_loss);
+    return;
+  }
+  __shared__ bool last;
+  if (tid == 0) {
+    partial_sum[blockIdx.x] = static_cast<double>(block_loss);
+    partial_count[blockIdx.x] = block_count;
+    __threadfence();  // the partials are visible before the ticket is taken
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  Acc total = Acc(0);
+  long long count = 0;
+  for (unsigned k = tid; k < gridDim.x; k += nt) {
+    total += static_cast<Acc>(*static_cast<const volatile double*>(&partial_sum[k]));
+    count += *static_cast<const volatile long long*>(&partial_count[k]);
+  }
+  total = block_tree_sum(total, loss_cell, tid, nt);
+  count = block_tree_sum(count, count_cell, tid, nt);
+  if (tid == 0) {
+    loss[0] = from_acc<T>(mean ? total / static_cast<Acc>(count) : total);
+    *ticket = 0;
+  }
+}
+
 }  // namespace ember::kernels::cuda::dev

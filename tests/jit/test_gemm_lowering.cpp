@@ -766,12 +766,13 @@ TEST_CASE("cross_entropy_fused: the mean and sum in one launch equal eager and f
   EMBER_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
   manual_seed(22);
-  // One block (up to 4 rows per row group), many blocks (a count kernel first for the mean's
-  // gradient), each row width's launch shape, and more rows than the scratch has block slots.
+  // Up to 32 classes a thread per row, wider rows a row group: one block (up to 4 rows per
+  // thread or row group), many blocks (a count kernel first for the mean's gradient), each row
+  // width's launch shape, and more rows than the scratch has block slots.
   const struct {
     int64_t n, c;
-  } shapes[] = {{64, 10},   {128, 10}, {129, 10},   {8192, 10},
-                {70000, 3}, {7, 1000}, {300, 3001}, {17, 10007}};
+  } shapes[] = {{64, 10}, {1024, 10}, {1025, 10}, {8192, 10},  {70000, 3},
+                {33, 33}, {129, 33},  {7, 1000},  {300, 3001}, {17, 10007}};
   for (const auto& s : shapes)
     for (LossReduction red : {LossReduction::Mean, LossReduction::Sum})
       for (double smoothing : {0.0, 0.1}) {
@@ -812,7 +813,7 @@ TEST_CASE("cross_entropy_fused: the mean and sum in one launch equal eager and f
   CHECK(std::isnan(all.loss.item<float>()));
   for (double v : host(all.dlogits)) REQUIRE(v == 0.0);
   // A target out of range is reported at the next synchronize, on one block and on many.
-  for (int64_t n : {int64_t{4}, int64_t{1000}}) {
+  for (int64_t n : {int64_t{4}, int64_t{5000}}) {
     std::vector<int64_t> t(static_cast<size_t>(n), 1);
     t[2] = 12;
     const Tensor bad = from_vector(t, {n}).to(dev);
