@@ -85,7 +85,8 @@ __global__ void cross_entropy_rows_kernel(const T* __restrict__ logits,
 //  - the count is exact (integers), however it is added;
 //  - the gradient: every row gets grad * (softmax - target distribution) with grad the loss's
 //    gradient divided by the count (mean) or as it is (sum). A one-block launch counts the targets
-//    itself first; a wider one reads the count that count_targets_kernel stored before it.
+//    as it goes and writes the gradient rows afterwards; a wider one reads the count that
+//    count_targets_kernel stored before it.
 // A target outside [0, C) raises the device error flag and its row adds 0 (and is counted).
 
 // The number of targets that are not ignore_index, into *count: one block.
