@@ -18,7 +18,8 @@ inline constexpr int64_t kSmallGemmMaxN = 16;     // SmallN: accumulators per la
 inline constexpr int64_t kSmallGemmMaxNK = 4096;  // SmallN: one warp folds at most this K
 
 // Which handwritten kernel computes D = A B for these operands, or None (use cuBLASLt):
-//  - SmallK: K <= 16 (any M, N and strides): one thread per output element;
+//  - SmallK: K <= 16 (any M, N and strides): one thread per output element, or per four
+//    (float4) where B's and D's rows are contiguous and aligned;
 //  - SmallN: N <= 16, K <= 4096 and A's rows contiguous (a.col_stride == 1 or K == 1): one warp
 //    per output row, its lanes reading the row coalesced;
 // float32 and float64 only. SmallK wins when both apply. Cheap: no allocation, no CUDA call.
