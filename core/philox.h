@@ -51,36 +51,62 @@ EMBER_HD U32x4 philox4x32_10(uint64_t counter, uint64_t seed) {
       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
+// The two 64-bit values of counter `offset + pair`: element 2*pair takes words (0,1), element
+// 2*pair + 1 words (2,3).
+struct Bits64Pair {
+  uint64_t even, odd;
+};
+EMBER_HD Bits64Pair bits64_pair(uint64_t seed, uint64_t offset, uint64_t pair) {
+  const U32x4 r = philox4x32_10(offset + pair, seed);
+  return {(static_cast<uint64_t>(r.v[1]) << 32) | r.v[0],
+          (static_cast<uint64_t>(r.v[3]) << 32) | r.v[2]};
+}
+
 // The 64-bit value for element i of a draw starting at `offset`.
 EMBER_HD uint64_t bits64(uint64_t seed, uint64_t offset, uint64_t i) {
-  const U32x4 r = philox4x32_10(offset + i / 2, seed);
-  const int w = (i & 1) ? 2 : 0;
-  return (static_cast<uint64_t>(r.v[w + 1]) << 32) | r.v[w];
+  const Bits64Pair b = bits64_pair(seed, offset, i / 2);
+  return (i & 1) ? b.odd : b.even;
 }
 
 // Uniform double in [0, 1) with 53 random bits.
+EMBER_HD double uniform_from_bits(uint64_t bits) {
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
 EMBER_HD double uniform(uint64_t seed, uint64_t offset, uint64_t i) {
-  return static_cast<double>(bits64(seed, offset, i) >> 11) * (1.0 / 9007199254740992.0);
+  return uniform_from_bits(bits64(seed, offset, i));
 }
 
 // Standard normal by Box-Muller on the two 64-bit halves of one Philox call: even i takes the
 // cosine branch, odd i the sine branch of the same pair. Computed in double on both devices so
-// that CPU and CUDA agree after rounding to the output dtype.
-EMBER_HD double normal(uint64_t seed, uint64_t offset, uint64_t i) {
-  const U32x4 r = philox4x32_10(offset + i / 2, seed);
-  const uint64_t a = (static_cast<uint64_t>(r.v[1]) << 32) | r.v[0];
-  const uint64_t b = (static_cast<uint64_t>(r.v[3]) << 32) | r.v[2];
-  const double u1 = 1.0 - static_cast<double>(a >> 11) * (1.0 / 9007199254740992.0);  // (0, 1]
-  const double u2 = static_cast<double>(b >> 11) * (1.0 / 9007199254740992.0);
+// that CPU and CUDA agree after rounding to the output dtype. normal_pair() gives both elements
+// of a pair from one Philox call and one logarithm, with the same expressions as normal(), so
+// the two agree bit for bit (a kernel that draws pairs does half the work).
+struct PolarDraw {
+  double radius, angle;
+};
+EMBER_HD PolarDraw box_muller(const Bits64Pair& b) {
+  const double u1 = 1.0 - uniform_from_bits(b.even);  // (0, 1]
+  const double u2 = uniform_from_bits(b.odd);
   constexpr double kTwoPi = 6.283185307179586476925286766559;
-  const double rad = ::sqrt(-2.0 * ::log(u1));
-  return (i & 1) ? rad * ::sin(kTwoPi * u2) : rad * ::cos(kTwoPi * u2);
+  return {::sqrt(-2.0 * ::log(u1)), kTwoPi * u2};
+}
+EMBER_HD double normal(uint64_t seed, uint64_t offset, uint64_t i) {
+  const PolarDraw d = box_muller(bits64_pair(seed, offset, i / 2));
+  return (i & 1) ? d.radius * ::sin(d.angle) : d.radius * ::cos(d.angle);
+}
+EMBER_HD void normal_pair(uint64_t seed, uint64_t offset, uint64_t pair, double& even,
+                          double& odd) {
+  const PolarDraw d = box_muller(bits64_pair(seed, offset, pair));
+  even = d.radius * ::cos(d.angle);
+  odd = d.radius * ::sin(d.angle);
 }
 
 // Integer in [lo, hi) (hi > lo). The modulo bias is below 2^-32 for ranges under 2^32.
+EMBER_HD int64_t integer_from_bits(uint64_t bits, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(bits % static_cast<uint64_t>(hi - lo));
+}
 EMBER_HD int64_t integer(uint64_t seed, uint64_t offset, uint64_t i, int64_t lo, int64_t hi) {
-  const uint64_t range = static_cast<uint64_t>(hi - lo);
-  return lo + static_cast<int64_t>(bits64(seed, offset, i) % range);
+  return integer_from_bits(bits64(seed, offset, i), lo, hi);
 }
 
 // Counters a draw of n elements consumes.

@@ -34,6 +34,30 @@ constexpr double below_one() {
     return 0.99999999999999989;  // 1 - 2^-53
 }
 
+// Draw D for both elements of pair p (2p and 2p + 1), which share one Philox call.
+template <Draw D, class S>
+__device__ __forceinline__ void draw_pair(uint64_t seed, uint64_t offset, uint64_t p, int64_t lo,
+                                          int64_t hi, double& even, double& odd) {
+  if constexpr (D == Draw::Normal) {
+    philox::normal_pair(seed, offset, p, even, odd);
+  } else {
+    const philox::Bits64Pair b = philox::bits64_pair(seed, offset, p);
+    if constexpr (D == Draw::Uniform) {
+      const double ue = philox::uniform_from_bits(b.even), uo = philox::uniform_from_bits(b.odd);
+      even = below_one<S>() < ue ? below_one<S>() : ue;
+      odd = below_one<S>() < uo ? below_one<S>() : uo;
+    } else {
+      // Through double, as on the CPU.
+      even = static_cast<double>(philox::integer_from_bits(b.even, lo, hi));
+      odd = static_cast<double>(philox::integer_from_bits(b.odd, lo, hi));
+    }
+  }
+}
+
+// One thread per pair of elements: the pair's Philox call (and, for normals, its logarithm and
+// square root) is done once instead of once per element, which halves randn's time (77 -> 40
+// us for [8192, 784] on the H200, bench/experiments/randn_variants.cu); the values are those of
+// the per-element formulas in core/philox.h, bit for bit.
 template <Draw D, class S>
 __global__ void __launch_bounds__(kThreads)
     random_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, const uint64_t* state,
@@ -42,20 +66,14 @@ __global__ void __launch_bounds__(kThreads)
     seed = state[0];
     offset += state[1];
   }
+  const int64_t pairs = (n + 1) / 2;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    const uint64_t k = static_cast<uint64_t>(i);
-    double v;
-    if constexpr (D == Draw::Uniform) {
-      const double u = philox::uniform(seed, offset, k);
-      v = below_one<S>() < u ? below_one<S>() : u;
-    } else if constexpr (D == Draw::Normal) {
-      v = philox::normal(seed, offset, k);
-    } else {
-      // Through double, as on the CPU.
-      v = static_cast<double>(philox::integer(seed, offset, k, lo, hi));
-    }
-    out[i] = ew::convert<S>(v);
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
+       p += step) {
+    double even, odd;
+    draw_pair<D, S>(seed, offset, static_cast<uint64_t>(p), lo, hi, even, odd);
+    out[2 * p] = ew::convert<S>(even);
+    if (2 * p + 1 < n) out[2 * p + 1] = ew::convert<S>(odd);
   }
 }
 
@@ -64,7 +82,8 @@ void launch(const KernelCall& call, int64_t lo, int64_t hi) {
   const Tensor& out = call.out;
   const int dev = out.device().index;
   const int64_t n = out.numel();
-  random_kernel<D, S><<<grid_stride_blocks(n, kThreads, dev), kThreads, 0, stream(dev)>>>(
+  random_kernel<D, S><<<grid_stride_blocks((n + 1) / 2, kThreads, dev), kThreads, 0,
+                          stream(dev)>>>(
       static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset, call.attrs.rng_state,
       lo, hi);
   check_launch(op_name(call.op).data());

@@ -1,0 +1,87 @@
+// An experiment kept for its figures (bench/NOTES.md, fourth session): randn of the batch-8192
+// MLP input ([8192, 784] float32, 6.4 M draws) as the library draws it (one element per thread
+// step: the Philox call, log and sqrt done for each element of a pair, sine or cosine in
+// double) against one thread per pair (Philox, log and sqrt once, sin and cos of the same
+// argument). µs per launch back to back (CUDA events, median of 7 repeats of 50); the two must
+// agree bit for bit. Not part of the build:
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. -o randn_variants bench/experiments/randn_variants.cu
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/philox.h"
+
+using namespace ember;
+
+__global__ void per_element(float* out, long long n, uint64_t seed, uint64_t offset) {
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step)
+    out[i] = (float)philox::normal(seed, offset, (uint64_t)i);
+}
+
+__global__ void per_pair(float* out, long long n, uint64_t seed, uint64_t offset) {
+  const long long step = (long long)gridDim.x * blockDim.x;
+  const long long pairs = (n + 1) / 2;
+  for (long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x; p < pairs; p += step) {
+    const philox::U32x4 r = philox::philox4x32_10(offset + (uint64_t)p, seed);
+    const uint64_t a = (static_cast<uint64_t>(r.v[1]) << 32) | r.v[0];
+    const uint64_t b = (static_cast<uint64_t>(r.v[3]) << 32) | r.v[2];
+    const double u1 = 1.0 - static_cast<double>(a >> 11) * (1.0 / 9007199254740992.0);
+    const double u2 = static_cast<double>(b >> 11) * (1.0 / 9007199254740992.0);
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
+    const double rad = ::sqrt(-2.0 * ::log(u1));
+    const double x = kTwoPi * u2;
+    const float c = (float)(rad * ::cos(x)), s = (float)(rad * ::sin(x));
+    const long long i = 2 * p;
+    if (i + 1 < n && (n & 1) == 0) {
+      reinterpret_cast<float2*>(out)[p] = make_float2(c, s);
+    } else {
+      out[i] = c;
+      if (i + 1 < n) out[i + 1] = s;
+    }
+  }
+}
+
+int main() {
+  const long long n = 8192ll * 784;
+  float *a, *b;
+  cudaMalloc(&a, n * 4);
+  cudaMalloc(&b, n * 4);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  auto time = [&](auto launch) {
+    std::vector<float> v;
+    for (int r = 0; r < 7; ++r) {
+      cudaEventRecord(e0);
+      for (int i = 0; i < 50; ++i) launch(i);
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms;
+      cudaEventElapsedTime(&ms, e0, e1);
+      v.push_back(ms * 1000 / 50);
+    }
+    std::sort(v.begin(), v.end());
+    return v[3];
+  };
+  for (int per_sm : {8, 16, 32}) {
+    const int grid = per_sm * sms;
+    const float t1 = time([&](int i) { per_element<<<grid, 256>>>(a, n, 42, 1000 * i); });
+    const float t2 = time([&](int i) { per_pair<<<grid, 256>>>(b, n, 42, 1000 * i); });
+    per_element<<<grid, 256>>>(a, n, 7, 3);
+    per_pair<<<grid, 256>>>(b, n, 7, 3);
+    std::vector<float> ha(n), hb(n);
+    cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hb.data(), b, n * 4, cudaMemcpyDeviceToHost);
+    long long diff = 0;
+    for (long long i = 0; i < n; ++i) diff += std::memcmp(&ha[i], &hb[i], 4) != 0;
+    std::printf("%2d blocks/SM: per element %7.2f us, per pair %7.2f us, %lld of %lld differ\n",
+                per_sm, t1, t2, diff, n);
+  }
+  return 0;
+}
