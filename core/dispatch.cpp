@@ -94,14 +94,18 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
   } else {
     const OutputMeta m = infer_meta(op, inputs, attrs);
     if (kind == OpKind::MultiTensor) {
-      // Updates its inputs in place (parameters, momentum buffers); no output.
+      // Updates its inputs in place (parameters, momentum buffers, the step counter when
+      // attrs.increment_step); no output.
       EMBER_CHECK(!out, op_name(op), ": writes its inputs in place; it takes no output");
       const int64_t n = attrs.num_tensors;
-      if (g_inplace_check)
+      if (g_inplace_check) {
         for (int64_t i = 0; i < n; ++i) g_inplace_check(op, inputs, inputs[2 + i]);
+        if (attrs.increment_step) g_inplace_check(op, inputs, inputs[1]);
+      }
       for (int64_t i = 0; i < n; ++i) ++inputs[2 + i].impl()->storage->version;
       if (attrs.momentum_buffers)
         for (int64_t i = 0; i < n; ++i) ++inputs[2 + 2 * n + i].impl()->storage->version;
+      if (attrs.increment_step) ++inputs[1].impl()->storage->version;
       run_kernel({op, inputs, attrs, result}, m.device);
     } else if (kind == OpKind::View) {
       EMBER_CHECK(!out, op_name(op), ": a view op cannot write into an output");

@@ -78,7 +78,9 @@ void set_autograd_inplace_check(InplaceCheck fn);
 //    rand -> uniform (rounded below 1 in the dtype), randn -> normal, randint -> integer in
 //    [attrs.lo, attrs.hi).
 //  MultiTensor (sgd_update): `out` is undefined; the kernel updates its inputs in place (layout
-//    in core/op.h's Attrs and optim/sgd.h); route by the inputs' device.
+//    in core/op.h's Attrs and optim/sgd.h); route by the inputs' device. With
+//    attrs.increment_step it also adds 1 to the step scalar, after every read of it (each
+//    element sees the old value; on CUDA, once every block of the last launch has read it).
 //  View and Transfer ops never reach a kernel.
 struct KernelCall {
   OpId op;

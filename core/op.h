@@ -91,6 +91,9 @@ struct Attrs {
   // sgd_update: inputs are [hyper, step, params..., grads..., (momentum buffers...)]
   int64_t num_tensors = 0;  // number of parameters
   bool nesterov = false, maximize = false, momentum_buffers = false;
+  // sgd_update: after the update, step += 1 (every read of step in the update sees the old
+  // value). Saves the optimizer a separate increment kernel per step.
+  bool increment_step = false;
 };
 
 }  // namespace ember

@@ -54,6 +54,7 @@ struct Writer {
     pod(a.nesterov);
     pod(a.maximize);
     pod(a.momentum_buffers);
+    pod(a.increment_step);
   }
   // `base`: the offset that does not count (an argument's own offset may differ per call; the
   // executor binds it, so only the distance from the argument's first element matters).

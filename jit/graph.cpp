@@ -148,6 +148,9 @@ void Graph::writes(const Node& n, std::vector<ValueId>& roots) const {
     for (int64_t i = 0; i < k; ++i) roots.push_back(values[n.inputs[2 + i]].root);
     if (n.attrs.momentum_buffers)
       for (int64_t i = 0; i < k; ++i) roots.push_back(values[n.inputs[2 + 2 * k + i]].root);
+    // The step counter, counted in place by the update itself (optim::SGD's last update of a
+    // step): a write like the parameters', so passes keep it ordered after every read.
+    if (n.attrs.increment_step) roots.push_back(values[n.inputs[1]].root);
   }
 }
 
@@ -216,7 +219,7 @@ void print_attrs(std::ostream& os, const Node& n) {
       break;
     case OpKind::MultiTensor:
       os << " n=" << a.num_tensors << (a.nesterov ? " nesterov" : "")
-         << (a.momentum_buffers ? " momentum" : "");
+         << (a.momentum_buffers ? " momentum" : "") << (a.increment_step ? " step+1" : "");
       break;
     default:
       break;

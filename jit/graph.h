@@ -45,7 +45,8 @@ struct Node {
   std::vector<ValueId> inputs;
   // The value this node defines. For an in-place node (`inplace`) it is a new name for memory
   // that an earlier value owns (its root is that value's root). Multi-tensor updates define
-  // nothing (kNoValue) and write their parameter and buffer inputs.
+  // nothing (kNoValue) and write their parameter and buffer inputs (and the step input with
+  // attrs.increment_step).
   ValueId out = kNoValue;
   bool inplace = false;
   ValueId inplace_of = kNoValue;  // in place: the value whose memory (and layout) it writes
@@ -105,7 +106,8 @@ struct Graph {
 
   bool is_view(ValueId v) const { return values[v].root != v; }
   // The roots a node writes: its output's root when in place; the parameters' and buffers'
-  // roots for a multi-tensor update. Empty for a pure node.
+  // roots for a multi-tensor update, and its step's root when it counts the step
+  // (attrs.increment_step). Empty for a pure node.
   void writes(const Node& n, std::vector<ValueId>& roots) const;
   // Roots visible after a replay: state, inputs, outputs, grad effects. Writes to them are
   // effects no pass may drop.

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
-#include "core/dispatch.h"
 #include "core/config_epoch.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/factory.h"
 
@@ -122,7 +122,8 @@ int64_t SGD::steps(size_t group) const {
   return static_cast<int64_t>(st.slots[0].step.item<float>());
 }
 
-void SGD::run_update(size_t group, size_t slot, const std::vector<size_t>& idx, bool first_step) {
+void SGD::run_update(size_t group, size_t slot, const std::vector<size_t>& idx, bool first_step,
+                     bool count_step) {
   const SGDOptions& o = options(group);
   const bool use_buffers = o.momentum() != 0;
   const std::vector<Tensor>& params = groups_[group].params;
@@ -141,6 +142,8 @@ void SGD::run_update(size_t group, size_t slot, const std::vector<size_t>& idx, 
   a.nesterov = o.nesterov();
   a.maximize = o.maximize();
   a.momentum_buffers = use_buffers;
+  // zero_step is shared and must stay 0: only the slot's own counter is ever counted.
+  a.increment_step = count_step && !first_step;
   dispatch(OpId::sgd_update, std::span<const Tensor>(inputs_), a);
 }
 
@@ -205,15 +208,32 @@ void SGD::step() {
       (fresh ? buckets_[b].fresh : buckets_[b].ready).push_back(i);
     }
     if (n_buckets == 0) continue;
+    for (size_t b = 0; b < n_buckets; ++b) buckets_[b].slot = slot_for(g, buckets_[b].device);
+    // Every slot's counter advances once per group step, after every update of the step read
+    // it. The last update of a slot that reads the slot's counter (a `ready` one) counts it
+    // itself, which saves a kernel per slot; the `fresh` updates read zero_step instead, so
+    // their order against that increment does not matter.
+    auto counts_later = [&](size_t b) {
+      for (size_t later = b + 1; later < n_buckets; ++later)
+        if (buckets_[later].slot == buckets_[b].slot && !buckets_[later].ready.empty()) return true;
+      return false;
+    };
     for (size_t b = 0; b < n_buckets; ++b) {
       const Bucket& bucket = buckets_[b];
-      const size_t s = slot_for(g, bucket.device);
-      if (!bucket.ready.empty()) run_update(g, s, bucket.ready, false);
+      const size_t s = bucket.slot;
+      if (!bucket.ready.empty()) run_update(g, s, bucket.ready, false, !counts_later(b));
       // A buffer born after the group's first step must still start as a copy of d_p, as
       // PyTorch's does; a step counter that reads 0 selects that branch of the kernel.
-      if (!bucket.fresh.empty()) run_update(g, s, bucket.fresh, true);
+      if (!bucket.fresh.empty()) run_update(g, s, bucket.fresh, true, false);
     }
-    for (DeviceSlot& slot : st.slots) slot.step.add_(slot.one);
+    // Slots no ready update counted: a device whose parameters had no gradient this step, or
+    // whose updates all read zero_step. Counted as before, by a separate increment.
+    for (size_t s = 0; s < st.slots.size(); ++s) {
+      bool counted = false;
+      for (size_t b = 0; b < n_buckets && !counted; ++b)
+        counted = buckets_[b].slot == s && !buckets_[b].ready.empty();
+      if (!counted) st.slots[s].step.add_(st.slots[s].one);
+    }
     ++st.steps;
     for (Tensor& t : grads_) t = Tensor();
   }

@@ -16,7 +16,10 @@
 // (`step == 0` makes the first buffer a copy of g, PyTorch's clone.) Hyperparameters and the
 // step live in device memory the optimizer owns, so set_lr() and schedulers write a number
 // there and nothing on the step path reads device memory on the host: a compiled step replays
-// with new values and no recompile.
+// with new values and no recompile. The step is counted by the group's last update on each
+// device that reads it (attrs.increment_step: +1 after every read), not by a kernel of its own;
+// only a device whose updates all read the fresh-buffer zero (or that had no gradient) gets a
+// separate increment.
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -115,9 +118,12 @@ class SGD final : public Optimizer {
   // The device-resident numbers of one group on one device.
   struct DeviceSlot {
     Device device;
-    Tensor hyper;      // float32[4] {lr, momentum, dampening, weight_decay}
-    Tensor step;       // float32 scalar
-    Tensor one;        // float32 scalar 1 on the device: the step's increment, made once
+    Tensor hyper;  // float32[4] {lr, momentum, dampening, weight_decay}
+    Tensor step;   // float32 scalar
+    // float32 scalar 1 on the device, made once: the increment of a step that no sgd_update
+    // of this slot could count (no parameter on the device had a gradient, or every update
+    // read zero_step)
+    Tensor one;
     Tensor zero_step;  // float32 scalar 0, never written: for buffers created after step 0
   };
   struct GroupState {
@@ -131,6 +137,7 @@ class SGD final : public Optimizer {
     DType dtype;
     std::vector<size_t> ready;  // buffers that already hold momentum (or no buffers at all)
     std::vector<size_t> fresh;  // buffers created this step after the group's first step
+    size_t slot = 0;            // the group's DeviceSlot for `device`
   };
 
   void validate_options(const OptimizerOptions& options) const override;
@@ -141,8 +148,10 @@ class SGD final : public Optimizer {
   size_t slot_for(size_t group, Device device);
   void write_hyper(size_t group, int which, double value);
   // One sgd_update over parameters `idx` of `group` on slot `slot`'s device; `first_step`
-  // reads a step of 0 (fresh momentum buffers) instead of the group's counter.
-  void run_update(size_t group, size_t slot, const std::vector<size_t>& idx, bool first_step);
+  // reads a step of 0 (fresh momentum buffers) instead of the group's counter; `count_step`
+  // (not with first_step) makes the update add 1 to the slot's counter after reading it.
+  void run_update(size_t group, size_t slot, const std::vector<size_t>& idx, bool first_step,
+                  bool count_step);
 
   std::vector<GroupState> state_;
   // Scratch reused by every step() so the step path does not allocate once warm.

@@ -36,9 +36,11 @@ bool attrs_equal(const Attrs& a, const Attrs& b) {
          a.ignore_index == b.ignore_index && double_equal(a.label_smoothing, b.label_smoothing) &&
          a.reduction == b.reduction && a.num_classes == b.num_classes && a.seed == b.seed &&
          a.offset == b.offset && a.num_tensors == b.num_tensors && a.nesterov == b.nesterov &&
-         a.maximize == b.maximize && a.momentum_buffers == b.momentum_buffers;
+         a.maximize == b.maximize && a.momentum_buffers == b.momentum_buffers &&
+         a.increment_step == b.increment_step;
 }
-// A new Attrs field changes the struct's size: extend attrs_equal, then this number.
+// A new Attrs field changes the struct's size (unless it fits in padding, as increment_step
+// did): extend attrs_equal, then this number.
 static_assert(sizeof(void*) != 8 || sizeof(Attrs) == 336,
               "Attrs changed: compare the new field in attrs_equal");
 

@@ -3,7 +3,9 @@
 //   [hyper float32[4] = {lr, momentum, dampening, weight_decay}, step float32 scalar (steps the
 //    group already took), params[n], grads[n], (momentum buffers[n] if attrs.momentum_buffers)]
 // The hyperparameters and the step are tensors, not attrs, so the optimizer can change them
-// between calls without a new trace; this kernel reads them here on every call.
+// between calls without a new trace; this kernel reads them here on every call. With
+// attrs.increment_step the step becomes step + 1 once every parameter is updated (the update
+// itself uses the value read before).
 // 16-bit floats compute in float, float64 in double.
 #include <cstdint>
 #include <type_traits>
@@ -54,7 +56,8 @@ void sgd_update(const KernelCall& call) {
               dtype_name(in[0].dtype()), " ", in[0].sizes(), " and ", dtype_name(in[1].dtype()),
               " ", in[1].sizes());
   const float* hyper = static_cast<const float*>(in[0].raw_data());
-  const float step = *static_cast<const float*>(in[1].raw_data());
+  float* const step_cell = static_cast<float*>(in[1].raw_data());
+  const float step = *step_cell;
   for (int64_t i = 0; i < n; ++i) {
     const Tensor& p = in[static_cast<size_t>(2 + i)];
     const Tensor& g = in[static_cast<size_t>(2 + n + i)];
@@ -87,6 +90,8 @@ void sgd_update(const KernelCall& call) {
       }
     });
   }
+  // After the loop: old + 1 from the value read above, as the CUDA kernel writes it.
+  if (a.increment_step) *step_cell = step + 1.0f;
 }
 
 }  // namespace

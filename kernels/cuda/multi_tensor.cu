@@ -2,6 +2,10 @@
 // launches only past kMultiTensorMax tensors). Inputs, as validated by meta:
 //   [hyper float32[4], step float32 scalar, params[n], grads[n], (momentum buffers[n])]
 // Nothing here reads device memory or synchronizes, so the update can be captured in a graph.
+// attrs.increment_step: only the last launch counts the step (launches on one stream run in
+// order, so every earlier launch has read it by then), through the device's step ticket
+// (runtime.h); nothing else uses that ticket, and every sgd_update of a device runs on its one
+// stream, so no two launches hold it at once.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -45,7 +49,9 @@ void sgd_update(const KernelCall& call) {
   const int device = dev.index;
   cudaStream_t s = stream(device);
   const dev::SgdFlags flags{a.nesterov, a.maximize, a.momentum_buffers};
+  unsigned* const step_ticket = a.increment_step ? finish_scratch(device).step_ticket : nullptr;
   for (int64_t base = 0; base < n; base += dev::kMultiTensorMax) {
+    const bool last_launch = base + dev::kMultiTensorMax >= n;
     dev::SgdTensors ts{};
     int64_t largest = 0;
     const int64_t count = std::min<int64_t>(dev::kMultiTensorMax, n - base);
@@ -69,11 +75,13 @@ void sgd_update(const KernelCall& call) {
       largest = std::max(largest, p.numel());
     }
     ts.count = static_cast<int>(count);
-    if (largest == 0) continue;
+    unsigned* const ticket = last_launch ? step_ticket : nullptr;
+    // Empty tensors need no launch, unless this one counts the step (one block then).
+    if (largest == 0 && ticket == nullptr) continue;
     // Threads for the largest tensor's 16-byte vectors (4 floats): sgd_tensor's bulk.
     dev::sgd_update_kernel<<<grid_stride_blocks(ceil_div(largest, 4), kThreads, device), kThreads,
                              0, s>>>(ts, static_cast<const float*>(hyper.raw_data()),
-                                     static_cast<const float*>(step.raw_data()), flags);
+                                     static_cast<float*>(step.raw_data()), ticket, flags);
     check_launch("sgd_update");
   }
 }

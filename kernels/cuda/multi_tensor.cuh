@@ -8,6 +8,12 @@
 // values the optimizer stored last. Each tensor is covered by the whole grid in turn (a
 // grid-stride loop per tensor), so one big weight matrix and many small biases both fill the GPU.
 // 16-bit floats compute in float, float64 in double.
+//
+// Counting the step (attrs.increment_step) in the same launch saves the optimizer a kernel per
+// step. Blocks run in any order, so no block may write the step while another has yet to read
+// it: each block reads it once (thread 0), and after its work thread 0 takes a ticket; the block
+// drawing the last ticket writes old + 1 and puts the ticket back to 0 for the next launch
+// (CUDA-graph replays included, so no memset is ever needed).
 #include "kernels/cuda/block_reduce.cuh"
 
 namespace ember::kernels::cuda::dev {
@@ -92,10 +98,17 @@ __device__ __forceinline__ void sgd_tensor(void* param, const void* grad, void* 
 }
 
 // hyper: float32 {lr, momentum, dampening, weight_decay}; step: float32 steps taken so far.
-__global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper,
-                                  const float* __restrict__ step, SgdFlags f) {
+// step_ticket: null, or a counter that is 0 at launch: then the launch also sets step to its
+// old value + 1 once every block has read the old one (not restrict or const: written here).
+__global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper, float* step,
+                                  unsigned* step_ticket, SgdFlags f) {
+  // One read per block, by the thread that later takes the block's ticket, so the read comes
+  // before the ticket in that thread's own program order.
+  __shared__ float step_seen;
+  if (threadIdx.x == 0) step_seen = *step;
+  __syncthreads();
   const float lr = hyper[0], momentum = hyper[1], dampening = hyper[2], wd = hyper[3];
-  const bool first_step = *step == 0.0f;
+  const bool first_step = step_seen == 0.0f;
   const SgdHyper<float> hf{lr, momentum, 1.0f - dampening, wd, first_step};
   const SgdHyper<double> hd{lr, momentum, 1.0 - static_cast<double>(dampening), wd, first_step};
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -118,6 +131,14 @@ __global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper
       case kMtBFloat16:
         sgd_tensor<__nv_bfloat16, float>(p, g, b, n, hf, f, first, stride);
         break;
+    }
+  }
+  if (step_ticket != nullptr && threadIdx.x == 0) {
+    __threadfence();  // this block's read of the step is complete before its ticket is taken
+    if (atomicAdd(step_ticket, 1u) == gridDim.x - 1) {
+      __threadfence();  // every other block's read happened before its ticket: now write
+      *step = step_seen + 1.0f;
+      *step_ticket = 0;  // for the next launch
     }
   }
 }

@@ -68,7 +68,8 @@ DeviceState& ready(int dev) {
     // where allocating and zeroing would break the capture.
     FinishScratch& f = s.finish;
     f.slots = kFinishSlotsPerSm * std::max(s.sm_count, 1);
-    // [slots] doubles, [slots] int64, the count, then the ticket; 8-byte aligned throughout.
+    // [slots] doubles, [slots] int64, the count, then the two tickets (4 bytes each); 8-byte
+    // aligned throughout.
     const size_t bytes = static_cast<size_t>(f.slots) * 16 + 16;
     void* p = nullptr;
     EMBER_CUDA_CHECK(cudaMalloc(&p, bytes));  // never freed, like the workspace
@@ -79,6 +80,7 @@ DeviceState& ready(int dev) {
     f.partial_count = reinterpret_cast<long long*>(base + size_t{8} * f.slots);
     f.count = reinterpret_cast<long long*>(base + size_t{16} * f.slots);
     f.ticket = reinterpret_cast<unsigned*>(base + size_t{16} * f.slots + 8);
+    f.step_ticket = reinterpret_cast<unsigned*>(base + size_t{16} * f.slots + 12);
   });
   return s;
 }

@@ -69,10 +69,11 @@ struct Workspace {
 // order, so they can all share it.
 Workspace cublas_workspace(int dev);
 
-// Per-device scratch of the reductions that finish inside their own launch (the last block to
+// Per-device scratch of the kernels that finish inside their own launch (the last block to
 // take the ticket folds every block's partial, then resets the ticket to 0): the mean-reduced
-// cross entropy. Kernels on stream(dev) run one after another, so they can share it; its address
-// never changes, so a captured CUDA graph can use it too. Zeroed once, never freed.
+// cross entropy; sgd_update's step increment has a ticket of its own. Kernels on stream(dev) run
+// one after another, so they can share it; its address never changes, so a captured CUDA graph
+// can use it too. Zeroed once, never freed.
 inline constexpr int kFinishSlotsPerSm = 8;
 struct FinishScratch {
   int slots = 0;                       // partials available: kFinishSlotsPerSm per SM
@@ -80,6 +81,10 @@ struct FinishScratch {
   long long* partial_count = nullptr;  // [slots]
   long long* count = nullptr;          // one value, written by a counting kernel
   unsigned* ticket = nullptr;          // 0 between launches
+  // sgd_update with increment_step: the block drawing the last ticket adds 1 to the step once
+  // every block has read it. 0 between launches. Separate from `ticket` so the two kernels
+  // never depend on each other's launches being serialized.
+  unsigned* step_ticket = nullptr;
 };
 FinishScratch finish_scratch(int dev);
 
