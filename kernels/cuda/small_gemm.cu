@@ -1,6 +1,8 @@
 // Launchers of the small GEMMs (small_gemm.h; kernels in small_gemm.cuh). Host work per call is
 // a few checks and one launch on stream(device): no allocation, no synchronization, so the call
 // may be recorded into a CUDA graph.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -9,6 +11,7 @@
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/small_gemm.cuh"
 #include "kernels/cuda/small_gemm.h"
+#include "kernels/cuda/tile_gemm.cuh"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -43,6 +46,91 @@ bool vec4_fits(const dev::SmallGemmArgs<T>& p) {
   }
 }
 
+// Whether `device` launches thread-block clusters (sm_90 and later), asked once per device.
+bool has_clusters(int device) {
+  constexpr int kDevices = 64;                      // as runtime.cpp's table
+  static std::atomic<int8_t> known[kDevices] = {};  // 0 unknown, 1 no, 2 yes
+  EMBER_CHECK(device >= 0 && device < kDevices, "small_gemm: device ", device, " out of range");
+  std::atomic<int8_t>& k = known[device];
+  int8_t v = k.load(std::memory_order_relaxed);
+  if (v == 0) {
+    int on = 0;
+    EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&on, cudaDevAttrClusterLaunch, device));
+    v = on ? 2 : 1;
+    k.store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
+// The Tiled kernel's plan, a function of (M, N, K, device) alone: the tile from the smaller
+// sizes, then k split into up to 8 slices (a cluster) while the tiles are too few to fill the
+// GPU, each slice at least 64 long. H200 timings (bench/experiments/tile_gemm_variants.cu, us
+// per launch back to back, cuBLASLt's heuristic choice in brackets): [64,784]x[784,512] as 64x64
+// tiles in 8 slices 10.8 (12.0); [512,64]x[64,784] 64x64 unsplit 6.1 (10.0); [10,64]x[64,512]
+// 16x32 unsplit 3.8 (7.9).
+struct TilePlan {
+  int bm = 64, bn = 64, slices = 1, slice = 0;
+};
+TilePlan tile_plan(int64_t m, int64_t n, int64_t k, bool clusters) {
+  TilePlan t;
+  t.bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+  t.bn = t.bm == 16 ? 32 : 64;
+  const int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
+  int64_t s = 1;
+  if (clusters && tiles < 64) s = std::max<int64_t>(1, std::min<int64_t>({8, 128 / tiles, k / 64}));
+  t.slice = static_cast<int>(ceil_div(ceil_div(k, s), 4) * 4);
+  t.slices = static_cast<int>(ceil_div(k, t.slice));  // no empty slice
+  return t;
+}
+
+template <int BM, int BN>
+void launch_tiled(const dev::SmallGemmArgs<float>& p, const TilePlan& t, bool a_k, bool b_k,
+                  cudaStream_t s) {
+  // float4 loads when every row start along the contiguous dimension is 16-byte aligned.
+  const int64_t a_ld = a_k ? p.a_rs : p.a_cs, b_ld = b_k ? p.b_cs : p.b_rs;
+  const bool vec = (a_ld % 4 == 0 || (a_k ? p.m : p.k) == 1) &&
+                   (b_ld % 4 == 0 || (b_k ? p.n : p.k) == 1) && aligned16(p.a) && aligned16(p.b);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.n, BN)),
+                     static_cast<unsigned>(ceil_div(p.m, BM)), static_cast<unsigned>(t.slices));
+  cfg.blockDim = dim3(dev::kTileThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 1;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = static_cast<unsigned>(t.slices);
+  cfg.attrs = cluster;
+  cfg.numAttrs = t.slices > 1 ? 1 : 0;
+  auto go = [&](auto kernel) {
+    EMBER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, t.slice, vec));
+  };
+  if (a_k) {
+    if (b_k)
+      go(dev::tile_gemm_kernel<BM, BN, true, true>);
+    else
+      go(dev::tile_gemm_kernel<BM, BN, true, false>);
+  } else {
+    if (b_k)
+      go(dev::tile_gemm_kernel<BM, BN, false, true>);
+    else
+      go(dev::tile_gemm_kernel<BM, BN, false, false>);
+  }
+}
+
+void tiled(const dev::SmallGemmArgs<float>& p, int device, cudaStream_t s) {
+  const TilePlan t = tile_plan(p.m, p.n, p.k, has_clusters(device));
+  const bool a_k = p.a_cs == 1, b_k = p.b_rs == 1;  // else a_rs == 1, b_cs == 1 (the rule)
+  if (t.bm == 16) {
+    launch_tiled<16, 32>(p, t, a_k, b_k, s);
+  } else if (t.bm == 32) {
+    launch_tiled<32, 64>(p, t, a_k, b_k, s);
+  } else {
+    launch_tiled<64, 64>(p, t, a_k, b_k, s);
+  }
+  check_launch("small_gemm (tiled)");
+}
+
 template <class T>
 void launch(const GemmCall& c, SmallGemmKind kind) {
   dev::SmallGemmArgs<T> p;
@@ -60,6 +148,12 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   p.k = c.a.cols;
   p.relu = c.epilogue == GemmEpilogue::ReluBias;
   cudaStream_t s = stream(c.device);
+  if constexpr (std::is_same_v<T, float>) {
+    if (kind == SmallGemmKind::Tiled) {
+      tiled(p, c.device, s);
+      return;
+    }
+  }
   if (kind == SmallGemmKind::SmallK) {
     const bool vec = vec4_fits(p);
     const int64_t total = vec ? p.m * (p.n / 4) : p.m * p.n;
@@ -122,9 +216,11 @@ void small_gemm(const GemmCall& c) {
   const SmallGemmKind kind = small_gemm_kind(c.dtype, c.a, c.b);
   EMBER_CHECK(kind != SmallGemmKind::None, "small_gemm ", epi, ": [", c.a.rows, ",", c.a.cols,
               "] x [", c.b.rows, ",", c.b.cols, "] with A strides (", c.a.row_stride, ",",
-              c.a.col_stride, ") is not a small problem (K <= ", kSmallGemmMaxK,
-              ", or N <= ", kSmallGemmMaxN, " with K <= ", kSmallGemmMaxNK,
-              " and A's rows contiguous)");
+              c.a.col_stride, ") and B strides (", c.b.row_stride, ",", c.b.col_stride,
+              ") is not a small problem (K <= ", kSmallGemmMaxK, ", or N <= ", kSmallGemmMaxN,
+              " with K <= ", kSmallGemmMaxNK,
+              " and A's rows contiguous, or float32 with M N K <= ", kTiledGemmMaxMNK,
+              " and a unit stride in each operand)");
   EMBER_CHECK(c.ld_d == 0 || c.a.rows <= 1 || c.ld_d >= c.b.cols, "small_gemm ", epi,
               ": output ld ", c.ld_d, " < N = ", c.b.cols);
   if (c.a.rows == 0 || c.b.cols == 0) return;

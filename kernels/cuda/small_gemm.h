@@ -1,11 +1,12 @@
 #pragma once
-// Handwritten GEMMs for products with a dimension of at most 16, where a cuBLASLt call costs
-// 6-20 us of fixed overhead for under 1 us of work (the seed MLP's [B,512]x[512,10] forward and
-// its K = 10 input gradient; bench/NOTES.md). Both kernels read every operand element through
-// its strides (no staging copies) and sum in an order fixed by the shapes alone, so the eager
-// mm (kernels/cuda/matmul.cu) and the JIT's GEMM lowering (jit/lower_gemm_cuda.cpp), which
-// both come here for such shapes, agree bit for bit. No CUDA types here, so jit/ can include it;
-// the rule is inline so that host code (and its test) needs no CUDA build.
+// Handwritten GEMMs for small products, where a cuBLASLt call costs 6-20 us of fixed overhead
+// (or runs a handful of output tiles on 132 SMs) for a few us of work: the seed MLP's
+// [B,512]x[512,10] forward and its K = 10 input gradient (SmallN, SmallK), and at batch 64 its
+// [64,784]x[784,512] forward and both weight gradients (Tiled; bench/NOTES.md). The kernels sum
+// in an order fixed by the shapes and the device alone, so the eager mm
+// (kernels/cuda/matmul.cu) and the JIT's GEMM lowering (jit/lower_gemm_cuda.cpp), which both
+// come here for such shapes, agree bit for bit. No CUDA types here, so jit/ can include it; the
+// rule is inline so that host code (and its test) needs no CUDA build.
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -16,21 +17,34 @@ namespace ember::kernels::cuda {
 inline constexpr int64_t kSmallGemmMaxK = 16;     // SmallK: at most this many products per output
 inline constexpr int64_t kSmallGemmMaxN = 16;     // SmallN: accumulators per lane (registers)
 inline constexpr int64_t kSmallGemmMaxNK = 4096;  // SmallN: one warp folds at most this K
+// Tiled: at most this many multiply-adds (M N K). Measured on the H200 (bench/experiments/
+// tile_gemm_variants.cu): 2.6e7 (the batch-64 products) is faster than cuBLASLt, 4.1e8 (batch
+// 1024's forward) is 2-3x slower.
+inline constexpr int64_t kTiledGemmMaxMNK = int64_t{1} << 25;
+inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 16 stays < 65536
 
 // Which handwritten kernel computes D = A B for these operands, or None (use cuBLASLt):
 //  - SmallK: K <= 16 (any M, N and strides): one thread per output element, or per four
 //    (float4) where B's and D's rows are contiguous and aligned;
 //  - SmallN: N <= 16, K <= 4096 and A's rows contiguous (a.col_stride == 1 or K == 1): one warp
 //    per output row, its lanes reading the row coalesced;
-// float32 and float64 only. SmallK wins when both apply. Cheap: no allocation, no CUDA call.
-enum class SmallGemmKind : uint8_t { None, SmallK, SmallN };
+//  - Tiled: float32, M N K <= 2^25, M and N <= 2^20, each operand with a unit stride: tiles of
+//    D in shared memory, k split over a thread-block cluster when the tiles are too few
+//    (kernels/cuda/tile_gemm.cuh).
+// SmallK and SmallN take float32 and float64. SmallK wins when both apply, then SmallN. Cheap:
+// no allocation, no CUDA call.
+enum class SmallGemmKind : uint8_t { None, SmallK, SmallN, Tiled };
 
 inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const GemmMatrix& b) {
   if (dtype != kFloat32 && dtype != kFloat64) return SmallGemmKind::None;
-  const int64_t K = a.cols, N = b.cols;
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
   if (K <= kSmallGemmMaxK) return SmallGemmKind::SmallK;
   if (N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && (a.col_stride == 1 || K == 1))
     return SmallGemmKind::SmallN;
+  if (dtype == kFloat32 && M <= kTiledGemmMaxDim && N <= kTiledGemmMaxDim &&
+      M * N <= kTiledGemmMaxMNK / K && (a.col_stride == 1 || a.row_stride == 1) &&
+      (b.row_stride == 1 || b.col_stride == 1))
+    return SmallGemmKind::Tiled;
   return SmallGemmKind::None;
 }
 
@@ -40,6 +54,8 @@ inline const char* small_gemm_name(SmallGemmKind k) {
       return "small-K";
     case SmallGemmKind::SmallN:
       return "small-N";
+    case SmallGemmKind::Tiled:
+      return "tiled";
     case SmallGemmKind::None:
       break;
   }

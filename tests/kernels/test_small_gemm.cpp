@@ -55,23 +55,40 @@ TEST_CASE("small_gemm_kind picks the kernel from shapes, strides and dtype", "[k
     CHECK(kc::small_gemm_kind(kFloat64, row_major(batch, 512), transposed(512, 10)) == K::SmallN);
     // dH = dO [B,10] x W2 [10,512] (K = 10).
     CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 10), row_major(10, 512)) == K::SmallK);
-    // Forward layer 1 and the weight gradients stay with cuBLASLt.
-    CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 784), transposed(784, 512)) == K::None);
-    CHECK(kc::small_gemm_kind(kFloat32, transposed(10, batch), row_major(batch, 512)) == K::None);
-    CHECK(kc::small_gemm_kind(kFloat32, transposed(512, batch), row_major(batch, 784)) == K::None);
+    // Forward layer 1 and the weight gradients: the Tiled kernel at batch 64 (float32 only),
+    // cuBLASLt at 8192.
+    const K big = batch == 64 ? K::Tiled : K::None;
+    CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 784), transposed(784, 512)) == big);
+    CHECK(kc::small_gemm_kind(kFloat32, transposed(10, batch), row_major(batch, 512)) == big);
+    CHECK(kc::small_gemm_kind(kFloat32, transposed(512, batch), row_major(batch, 784)) == big);
+    CHECK(kc::small_gemm_kind(kFloat64, row_major(batch, 784), transposed(784, 512)) == K::None);
+    CHECK(kc::small_gemm_kind(kFloat64, transposed(512, batch), row_major(batch, 784)) == K::None);
   }
   // The boundaries.
   CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 16), row_major(16, 100)) == K::SmallK);
-  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 17), row_major(17, 17)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat64, row_major(5, 17), row_major(17, 17)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 17), row_major(17, 17)) == K::Tiled);
   CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 17), row_major(17, 16)) == K::SmallN);
   CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 4096), row_major(4096, 16)) == K::SmallN);
-  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 4097), row_major(4097, 16)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat64, row_major(5, 4097), row_major(4097, 16)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 4097), row_major(4097, 16)) == K::Tiled);
+  // Tiled: at most 2^25 multiply-adds, M and N at most 2^20.
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(64, 1024), row_major(1024, 512)) == K::Tiled);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(65, 1024), row_major(1024, 512)) == K::None);
+  // (A transposed: no SmallN.)
+  CHECK(kc::small_gemm_kind(kFloat32, transposed(int64_t{1} << 20, 17), row_major(17, 1)) ==
+        K::Tiled);
+  CHECK(kc::small_gemm_kind(kFloat32, transposed((int64_t{1} << 20) + 1, 17), row_major(17, 1)) ==
+        K::None);
   // Both apply: SmallK wins.
   CHECK(kc::small_gemm_kind(kFloat32, row_major(5, 10), row_major(10, 10)) == K::SmallK);
   // SmallK takes any strides; SmallN needs A's rows contiguous.
   CHECK(kc::small_gemm_kind(kFloat32, mat(5, 8, 40, 3), mat(8, 100, 1, 0)) == K::SmallK);
-  CHECK(kc::small_gemm_kind(kFloat32, transposed(64, 512), transposed(512, 10)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat64, transposed(64, 512), transposed(512, 10)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, transposed(64, 512), transposed(512, 10)) == K::Tiled);
+  // Tiled needs a unit stride in each operand.
   CHECK(kc::small_gemm_kind(kFloat32, mat(64, 512, 1024, 2), row_major(512, 10)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(64, 512), mat(512, 32, 64, 2)) == K::None);
   CHECK(kc::small_gemm_kind(kFloat32, mat(64, 512, 2048, 1), mat(512, 10, 3, 7000)) == K::SmallN);
   // Other dtypes.
   for (DType t : {kFloat16, kBFloat16, kInt32, kInt64}) {
@@ -81,6 +98,7 @@ TEST_CASE("small_gemm_kind picks the kernel from shapes, strides and dtype", "[k
   }
   CHECK(std::string(kc::small_gemm_name(K::SmallK)) == "small-K");
   CHECK(std::string(kc::small_gemm_name(K::SmallN)) == "small-N");
+  CHECK(std::string(kc::small_gemm_name(K::Tiled)) == "tiled");
 }
 
 #if defined(EMBER_WITH_CUDA)
@@ -105,8 +123,8 @@ TEST_CASE("small_gemm rejects bad calls before queuing anything", "[kernels]") {
   c.dtype = kFloat32;
   c.b = transposed(511, 10);  // K mismatch
   CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("[64,512]") && Catch::Contains("[511,10]"));
-  c.a = row_major(5, 17);
-  c.b = row_major(17, 17);  // no small kernel takes it
+  c.a = row_major(8192, 784);
+  c.b = transposed(784, 512);  // no small kernel takes it
   CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("not a small problem"));
   c.a = row_major(5, 4);
   c.b = row_major(4, 6);
@@ -203,8 +221,13 @@ void check_against_reference(const std::vector<double>& a, const std::vector<dou
 struct Mkn {
   int64_t m, k, n;
 };
-const Mkn kShapes[] = {{64, 512, 10}, {8192, 512, 10}, {64, 10, 512},  {8192, 10, 512}, {7, 3, 5},
-                       {1, 1, 1},     {5, 16, 16},     {33, 4096, 16}, {3, 17, 9}};
+// SmallN, SmallK, then Tiled shapes: the batch-64 MLP's forward layer 1 (k in 8 slices) and
+// weight gradients (unsplit), and odd sizes that split k in 2, 3, 4 and 8 slices with partial
+// tiles, partial quads and a last slice shorter than the others.
+const Mkn kShapes[] = {{64, 512, 10}, {8192, 512, 10}, {64, 10, 512},  {8192, 10, 512},
+                       {7, 3, 5},     {1, 1, 1},       {5, 16, 16},    {33, 4096, 16},
+                       {3, 17, 9},    {64, 784, 512},  {512, 64, 784}, {10, 64, 512},
+                       {37, 300, 45}, {3, 1000, 7},    {100, 129, 70}, {20, 203, 33}};
 
 std::string shape_name(const Mkn& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
@@ -380,7 +403,7 @@ TEST_CASE("lower_gemm_cuda runs a small Linear as the small kernel, equal to eag
   struct Restore {
     ~Restore() { jit::set_gemm_autotune(false); }
   } restore;
-  const Mkn shapes[] = {{64, 512, 10}, {8192, 512, 10}, {7, 3, 5}, {5, 16, 16}};
+  const Mkn shapes[] = {{64, 512, 10}, {8192, 512, 10}, {7, 3, 5}, {5, 16, 16}, {64, 784, 512}};
   for (bool autotune : {false, true})
     for (const Mkn& s : shapes)
       for (bool relu_on : {false, true}) {
@@ -416,7 +439,8 @@ TEST_CASE("lower_gemm_cuda runs a small Linear as the small kernel, equal to eag
         CHECK(low->kernels() == 1);
         const std::string describe = low->describe();
         INFO(describe);
-        CHECK(describe.find("small-") != std::string::npos);
+        CHECK(describe.find(" kernel mm") != std::string::npos);
+        CHECK(describe.find("cuBLASLt") == std::string::npos);
         CHECK(describe.find(relu_on ? "RELU_BIAS" : "BIAS") != std::string::npos);
         CHECK_FALSE(jit::gemm_autotune_info(*low)->tuned);  // nothing to tune
         const Tensor biased = add(mm(x2, w.t()), b);
