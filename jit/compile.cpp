@@ -14,6 +14,7 @@
 #include "autograd/grad_mode.h"
 #include "core/config_epoch.h"
 #include "core/cuda_runtime.h"
+#include "jit/disk_store.h"
 #include "jit/dynamic.h"
 #include "jit/executor.h"
 #include "jit/fingerprint.h"
@@ -353,6 +354,9 @@ struct CompiledCore::Impl {
 
   void trace(Entry& e, std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode,
              EagerFn eager, void* ctx, std::vector<Tensor>& outputs) {
+    // Before the first traced call runs eagerly: its GEMMs then already reuse the cuBLASLt
+    // algorithms an earlier process stored in the disk cache (once per process; cheap after).
+    install_kernel_stores();
     outputs.clear();
     if (e.prev && e.epoch != config_epoch()) e.prev.reset();  // traced under other settings
     e.epoch = config_epoch();

@@ -12,7 +12,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "jit/disk_cache.h"
+#include "jit/disk_store.h"
 #include "jit/log.h"
 #include "kernels/cuda/nvrtc.h"
 #endif
@@ -25,17 +25,6 @@ std::atomic<bool> g_fail_for_testing{false};
 
 #if defined(EMBER_WITH_CUDA)
 namespace rtc = kernels::cuda::nvrtc;
-
-// The JIT's disk cache as NVRTC's binary store.
-class DiskStore final : public rtc::BinaryStore {
- public:
-  std::optional<std::string> load(const std::string& key) override {
-    return DiskCache::global().load(key);
-  }
-  void store(const std::string& key, std::string_view bytes) override {
-    DiskCache::global().store(key, bytes);
-  }
-};
 
 constexpr int kThreads = 256;  // fused::kThreads (fused_pointwise.cuh)
 
@@ -60,10 +49,9 @@ class PointwiseLowering final : public LoweredGroup {
     if (kernel_.numel == 0) return;  // nothing ever runs
     const char* names[2] = {FusedPointwiseKernel::kElementKernel,
                             FusedPointwiseKernel::kVectorKernel};
-    DiskStore store;
-    const rtc::Module m =
-        rtc::get_module(kernel_.source, tag,
-                        std::span<const char* const>(names, kernel_.vec ? 2 : 1), dev_, &store);
+    const rtc::Module m = rtc::get_module(kernel_.source, tag,
+                                          std::span<const char* const>(names, kernel_.vec ? 2 : 1),
+                                          dev_, disk_store());
     switch (m.origin) {
       case rtc::Origin::Memory:
         ++g_from_memory;

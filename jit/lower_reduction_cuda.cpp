@@ -15,7 +15,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/factory.h"
-#include "jit/disk_cache.h"
+#include "jit/disk_store.h"
 #include "jit/log.h"
 #include "kernels/cuda/nvrtc.h"
 #endif
@@ -29,16 +29,6 @@ std::atomic<bool> g_fail_for_testing{false};
 #if defined(EMBER_WITH_CUDA)
 namespace rtc = kernels::cuda::nvrtc;
 
-class DiskStore final : public rtc::BinaryStore {
- public:
-  std::optional<std::string> load(const std::string& key) override {
-    return DiskCache::global().load(key);
-  }
-  void store(const std::string& key, std::string_view bytes) override {
-    DiskCache::global().store(key, bytes);
-  }
-};
-
 class ReductionLowering final : public LoweredGroup {
  public:
   explicit ReductionLowering(const LoweringContext& ctx) {
@@ -51,9 +41,8 @@ class ReductionLowering final : public LoweredGroup {
     std::string tag = "reduction_v";
     tag += std::to_string(kReductionCodegenVersion);
     const char* names[1] = {FusedReductionKernel::kKernel};
-    DiskStore store;
-    const rtc::Module m =
-        rtc::get_module(kernel_.source, tag, std::span<const char* const>(names, 1), dev_, &store);
+    const rtc::Module m = rtc::get_module(
+        kernel_.source, tag, std::span<const char* const>(names, 1), dev_, disk_store());
     switch (m.origin) {
       case rtc::Origin::Memory:
         ++g_from_memory;

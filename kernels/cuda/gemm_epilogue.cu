@@ -2,7 +2,9 @@
 // matmul's (kernels/cuda/matmul.cu) but keeps the heuristic's top 8 algorithms per plan, so an
 // autotuner can time them and pin a winner, and sets the epilogue's extra pointers (bias, bias
 // gradient, ReLU mask) on the descriptor: before the heuristic query, which checks their
-// alignment, and before every call, since a plan serves any pointers of the same alignment.
+// alignment, and before every call, since a plan serves any pointers of the same alignment. The
+// heuristic's answers persist across processes through the algorithm store when one is installed
+// (gemm_algo_store.h).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 
 #include "core/ops.h"
 #include "kernels/blas_layout.h"
+#include "kernels/cuda/gemm_algo_heuristic.h"
 #include "kernels/cuda/gemm_epilogue.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
@@ -206,8 +209,10 @@ Plan build_plan(const Key& key, const GemmCall& call) {
                                        &key.align_d, sizeof(uint32_t));
   cublasLtMatmulHeuristicResult_t found[kMaxAlgorithms]{};
   int n = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      cublaslt_handle(key.device), p.desc, p.a, p.b, p.d, p.d, pref, kMaxAlgorithms, found, &n);
+  // Through the process's algorithm store (gemm_algo_heuristic.h): a new process reuses the
+  // answer an earlier one got, bit for bit what the heuristic would return.
+  const cublasStatus_t st = lt_heuristic(key.device, cublaslt_handle(key.device), p.desc, p.a, p.b,
+                                         p.d, p.d, pref, kMaxAlgorithms, found, &n);
   cublasLtMatmulPreferenceDestroy(pref);
   // An unsupported epilogue is a plan with no algorithms (top_algorithms reports it empty), not
   // an error here.
@@ -225,11 +230,14 @@ std::mutex& cache_mutex() {
 // Plans live for the whole process (small; destroying cuBLASLt objects during static destruction
 // is not safe). Callers hold cache_mutex() for as long as they use the plan: its descriptor's
 // pointers are set per call.
-Plan& plan_for(const Key& key, const GemmCall& call) {
+std::unordered_map<Key, Plan, KeyHash>& plans() {
   static auto* cache = new std::unordered_map<Key, Plan, KeyHash>();
-  auto it = cache->find(key);
-  if (it != cache->end()) return it->second;
-  return cache->emplace(key, build_plan(key, call)).first->second;
+  return *cache;
+}
+Plan& plan_for(const Key& key, const GemmCall& call) {
+  auto it = plans().find(key);
+  if (it != plans().end()) return it->second;
+  return plans().emplace(key, build_plan(key, call)).first->second;
 }
 
 std::string describe_algo(const cublasLtMatmulHeuristicResult_t& r) {
@@ -281,6 +289,17 @@ __global__ void add_bias_rows_kernel(float* __restrict__ d, int64_t m, int64_t n
 }
 
 }  // namespace
+
+void drop_gemm_epilogue_plans_for_testing() {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  for (auto& [key, p] : plans()) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.d);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
+  plans().clear();
+}
 
 const char* gemm_epilogue_name(GemmEpilogue e) {
   switch (e) {

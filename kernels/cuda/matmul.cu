@@ -3,8 +3,10 @@
 // column-major transpose for free. A transposed view (column-major in memory) becomes a
 // transpose flag instead of a copy; only operands with no unit stride are copied first.
 // Descriptors, layouts and the heuristic's algorithm are cached per problem key, so a repeated
-// shape costs one hash lookup and the cublasLtMatmul call. mm with K (or N, under small_gemm_kind's
-// conditions) of at most 16 goes to the handwritten kernels of small_gemm.h instead.
+// shape costs one hash lookup and the cublasLtMatmul call; the algorithm also persists across
+// processes through the algorithm store when one is installed (gemm_algo_store.h). mm with K (or
+// N, under small_gemm_kind's conditions) of at most 16, or float32 mm of at most 2^25
+// multiply-adds, goes to the handwritten kernels of small_gemm.h instead.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "core/ops.h"
 #include "kernels/blas_layout.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_algo_heuristic.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/small_gemm.h"
@@ -163,8 +166,10 @@ GemmPlan build_plan(const GemmKey& key, const char* op) {
                                        &key.align_c, sizeof(uint32_t));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(key.device), p.desc, p.a,
-                                                           p.b, p.c, p.c, pref, 1, &result, &found);
+  // Through the process's algorithm store (gemm_algo_heuristic.h): a new process reuses the
+  // answer an earlier one got, bit for bit what the heuristic would return.
+  const cublasStatus_t st = lt_heuristic(key.device, cublaslt_handle(key.device), p.desc, p.a, p.b,
+                                         p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     cublasLtMatrixLayoutDestroy(p.a);
@@ -181,16 +186,34 @@ GemmPlan build_plan(const GemmKey& key, const char* op) {
 
 // Plans live for the whole process: they are small, and destroying cuBLASLt objects during
 // static destruction (after the driver may have shut down) is not safe.
-const GemmPlan& cached_plan(const GemmKey& key, const char* op) {
+std::mutex& plan_mutex() {
   static std::mutex mu;
+  return mu;
+}
+std::unordered_map<GemmKey, GemmPlan, GemmKeyHash>& plans() {
   static auto* cache = new std::unordered_map<GemmKey, GemmPlan, GemmKeyHash>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache->find(key);
-  if (it != cache->end()) return it->second;
-  return cache->emplace(key, build_plan(key, op)).first->second;
+  return *cache;
+}
+
+const GemmPlan& cached_plan(const GemmKey& key, const char* op) {
+  std::lock_guard<std::mutex> lock(plan_mutex());
+  auto it = plans().find(key);
+  if (it != plans().end()) return it->second;
+  return plans().emplace(key, build_plan(key, op)).first->second;
 }
 
 }  // namespace
+
+void drop_mm_plans_for_testing() {
+  std::lock_guard<std::mutex> lock(plan_mutex());
+  for (auto& [key, p] : plans()) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
+  plans().clear();
+}
 
 void matmul(const KernelCall& call) {
   const char* name = op_name(call.op).data();
@@ -210,10 +233,11 @@ void matmul(const KernelCall& call) {
     EMBER_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.nbytes()), s));
     return;
   }
-  // A dimension of at most 16 (the MLP's 10 classes): a handwritten kernel reading the operands
-  // through their strides beats cuBLASLt's fixed cost, and is what the JIT's GEMM lowering runs
-  // for the same shapes, so eager and compiled agree bit for bit (small_gemm.h). It sums in full
-  // precision even when allow_tf32() is on.
+  // A dimension of at most 16 (the MLP's 10 classes), or a product of at most 2^25
+  // multiply-adds: a handwritten kernel reading the operands through their strides beats
+  // cuBLASLt's fixed cost, and is what the JIT's GEMM lowering runs for the same shapes, so eager
+  // and compiled agree bit for bit (small_gemm.h). It sums in full precision even when
+  // allow_tf32() is on.
   if (!batched) {
     GemmCall sc;
     sc.device = device;
