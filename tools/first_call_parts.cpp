@@ -44,10 +44,12 @@ int main(int argc, char** argv) {
     x = randn({batch, 784}, dev);
     y = randint(0, 10, {batch}, dev);
   });
-  // cuBLASLt's start-up apart from the kernel fc1 needs: a product no small kernel takes.
-  const Tensor sq = randn({64, 64}, dev);
-  part("first cuBLASLt matmul, 64x64x64", [&] { (void)mm(sq, sq); });
-  part("linear 1 (cuBLASLt)", [&] { h = fc1(x); });
+  // cuBLASLt's start-up apart from the kernels the step needs: a product no handwritten kernel
+  // takes (above small_gemm.h's 2^25 multiply-adds).
+  const Tensor sa = randn({256, 512}, dev), sb = randn({512, 512}, dev);
+  part("first cuBLASLt matmul, 256x512x512", [&] { (void)mm(sa, sb); });
+  part(batch * 784 * 512 > (int64_t{1} << 25) ? "linear 1 (cuBLASLt)" : "linear 1 (tiled kernel)",
+       [&] { h = fc1(x); });
   part("relu", [&] { h = relu(h); });
   part("linear 2", [&] { logits = fc2(h); });
   nn::CrossEntropyLoss ce;

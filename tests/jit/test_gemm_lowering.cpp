@@ -954,9 +954,9 @@ namespace {
 
 struct StepNetImpl : nn::Module {
   nn::Linear fc1{nullptr}, fc2{nullptr};
-  StepNetImpl() {
-    fc1 = register_module("fc1", nn::Linear(100, 256));
-    fc2 = register_module("fc2", nn::Linear(256, 10));
+  StepNetImpl(int64_t in, int64_t hidden) {
+    fc1 = register_module("fc1", nn::Linear(in, hidden));
+    fc2 = register_module("fc2", nn::Linear(hidden, 10));
   }
   Tensor forward(const Tensor& x) { return fc2(relu(fc1(x))); }
 };
@@ -973,10 +973,15 @@ struct StepRun {
   std::vector<Tensor> params;
 };
 
-StepRun train_mlp(bool compiled, Mode mode) {
+// The net's shape: batch x in -> hidden -> 10.
+struct NetSize {
+  int64_t batch, in, hidden;
+};
+
+StepRun train_mlp(bool compiled, Mode mode, const NetSize& size) {
   const Device dev = Device::cuda(0);
   manual_seed(41);
-  StepNet net;
+  StepNet net(size.in, size.hidden);
   net->to(dev);
   optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
   nn::CrossEntropyLoss crit;
@@ -991,7 +996,7 @@ StepRun train_mlp(bool compiled, Mode mode) {
   manual_seed(42);
   StepRun r;
   for (int i = 0; i < 20; ++i) {
-    const Tensor x = randn({64, 100}, dev), y = randint(0, 10, {64}, dev);
+    const Tensor x = randn({size.batch, size.in}, dev), y = randint(0, 10, {size.batch}, dev);
     r.losses.push_back((compiled ? step(x, y) : body(x, y)).item<float>());
   }
   for (const Tensor& p : net->parameters()) r.params.push_back(p.detach().clone());
@@ -1021,7 +1026,6 @@ TEST_CASE("gemm and cross-entropy lowerings: a compiled MLP step matches eager f
           "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   set_allow_tf32(false);
-  const StepRun eager = train_mlp(false, Mode::Default);
   struct Restore {
     unsigned prev;
     ~Restore() {
@@ -1036,22 +1040,29 @@ TEST_CASE("gemm and cross-entropy lowerings: a compiled MLP step matches eager f
     for (const std::string& l : lines()) n += l.find(needle) != std::string::npos;
     return n;
   };
-  for (Mode mode : {Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune}) {
-    const char* name = mode == Mode::Default          ? "Default"
-                       : mode == Mode::ReduceOverhead ? "ReduceOverhead"
-                                                      : "MaxAutotune";
-    lines().clear();
-    set_gemm_autotune(mode == Mode::MaxAutotune);
-    const StepRun compiled = train_mlp(true, mode);
-    std::string all;
-    for (const std::string& l : lines()) all += l + "\n";
-    INFO(name << " mode; logs:\n" << all);
-    compare_steps(compiled, eager, name);
-    // The lowerings were in use: both layers' GEMMs and the loss pair.
-    CHECK(count("gemm lowering: cuBLASLt mm") >= 2);
-    CHECK(count("RELU_BIAS") >= 1);
-    CHECK(count("cross-entropy lowering") >= 1);
-    if (mode == Mode::MaxAutotune) CHECK(count("picked #") >= 2);
+  // Small: layer 1's products go to the handwritten Tiled kernel (small_gemm.h), layer 2's to
+  // SmallN / SmallK. Wide: layer 1's forward and weight gradient (256 x 400 x 400) to cuBLASLt.
+  for (const bool wide : {false, true}) {
+    const NetSize size = wide ? NetSize{256, 400, 400} : NetSize{64, 100, 256};
+    const StepRun eager = train_mlp(false, Mode::Default, size);
+    for (Mode mode : {Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune}) {
+      const char* name = mode == Mode::Default          ? "Default"
+                         : mode == Mode::ReduceOverhead ? "ReduceOverhead"
+                                                        : "MaxAutotune";
+      lines().clear();
+      set_gemm_autotune(mode == Mode::MaxAutotune);
+      const StepRun compiled = train_mlp(true, mode, size);
+      std::string all;
+      for (const std::string& l : lines()) all += l + "\n";
+      INFO((wide ? "wide" : "small") << " net, " << name << " mode; logs:\n" << all);
+      compare_steps(compiled, eager, name);
+      // The lowerings were in use: both layers' GEMMs and the loss pair.
+      CHECK(count("gemm lowering: ") >= 2);
+      CHECK(count(wide ? "gemm lowering: cuBLASLt mm" : "gemm lowering: tiled kernel mm") >= 1);
+      CHECK(count("RELU_BIAS") >= 1);
+      CHECK(count("cross-entropy lowering") >= 1);
+      if (mode == Mode::MaxAutotune && wide) CHECK(count("picked #") >= 1);
+    }
   }
 }
 
