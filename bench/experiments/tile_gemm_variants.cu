@@ -558,6 +558,7 @@ void gemms() {
       {"fc1  [64,784]x[784,512] +relu+bias", 64, 512, 784, true, true, true},
       {"dW1  [512,64]x[64,784] (A^T, B rows)", 512, 784, 64, false, false, false},
       {"dW2  [10,64]x[64,512]", 10, 512, 64, false, false, false},
+      {"dW2  [10,8192]x[8192,512]", 10, 512, 8192, false, false, false},
       {"fc1  [1024,784]x[784,512] +relu+bias", 1024, 512, 784, true, true, true},
       {"dW1  [512,1024]x[1024,784]", 512, 784, 1024, false, false, false},
       {"dW1  [512,8192]x[8192,784]", 512, 784, 8192, false, false, false},
