@@ -316,6 +316,8 @@ class LoweredGemm final : public LoweredGroup {
       msg.append(what_).append(buf).append(r.describe).append(")");
       if (r.cached) {
         msg.append(" (cached from an earlier call site)");
+      } else if (r.from_store) {
+        msg.append(" (timed by an earlier process: from the disk cache)");
       } else {
         msg.append("; candidates (us):");
         for (float t : r.times) {

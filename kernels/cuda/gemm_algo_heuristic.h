@@ -31,6 +31,22 @@ std::string lt_fingerprint(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                            cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref,
                            int requested);
 
+// Where autotune_gemm keeps a problem's winner: the store key and the problem's fingerprint for
+// these descriptors (the ones the heuristic was asked with), or an empty key when no store is
+// installed or the problem cannot be described.
+struct GemmTuneSlot {
+  std::string key, fingerprint;
+};
+GemmTuneSlot lt_tune_slot(int device, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                          cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                          cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int requested);
+// The winner stored in `slot` for `candidates` candidates, or -1 (a miss, or an entry that is
+// malformed, for another problem or for another number of candidates: reported and ignored).
+// `times` receives the stored times on a hit.
+int32_t lt_load_tune(const GemmTuneSlot& slot, int candidates, std::vector<float>* times);
+// Keeps a winner (index into `times`) in the store; a failure to write is reported, not thrown.
+void lt_keep_tune(const GemmTuneSlot& slot, int32_t index, const std::vector<float>& times);
+
 // The plan caches' test hooks (matmul.cu, gemm_epilogue.cu); see drop_gemm_plans_for_testing.
 void drop_mm_plans_for_testing();
 void drop_gemm_epilogue_plans_for_testing();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -366,6 +367,66 @@ std::string gemm_algo_key(std::string_view fingerprint, const GemmAlgoEnv& env) 
   return "ltalgo-" + h.hex();
 }
 
+std::string gemm_tune_key(std::string_view fingerprint, const GemmAlgoEnv& env) {
+  // The algorithms' key, hashed once more under another name: the winner belongs to exactly
+  // the candidates stored under the algorithms' key.
+  KeyHash h;
+  h.add("ember lttune key v1");
+  h.add(gemm_algo_key(fingerprint, env));
+  return "lttune-" + h.hex();
+}
+
+namespace {
+constexpr char kTuneMagic[8] = {'E', 'M', 'B', 'L', 'T', 'T', 'U', 'N'};
+constexpr uint32_t kTuneFormatVersion = 1;
+}  // namespace
+
+std::string encode_gemm_tune(const StoredGemmTune& tune) {
+  std::string out(kTuneMagic, sizeof kTuneMagic);
+  put(out, kTuneFormatVersion);
+  put(out, static_cast<uint32_t>(tune.fingerprint.size()));
+  out += tune.fingerprint;
+  put(out, tune.index);
+  put(out, static_cast<uint32_t>(tune.times_us.size()));
+  for (float t : tune.times_us) put(out, t);
+  return out;
+}
+
+std::optional<StoredGemmTune> decode_gemm_tune(std::string_view bytes, std::string* why) {
+  auto fail = [why](std::string msg) -> std::optional<StoredGemmTune> {
+    if (why) *why = std::move(msg);
+    return std::nullopt;
+  };
+  constexpr size_t kHead = sizeof kTuneMagic + 2 * sizeof(uint32_t);
+  if (bytes.size() < kHead) return fail("is truncated");
+  if (std::memcmp(bytes.data(), kTuneMagic, sizeof kTuneMagic) != 0)
+    return fail("has no EMBLTTUN magic");
+  size_t at = sizeof kTuneMagic;
+  const auto version = take<uint32_t>(bytes, at);
+  if (version != kTuneFormatVersion)
+    return fail("has format version " + std::to_string(version) + ", expected " +
+                std::to_string(kTuneFormatVersion));
+  const auto fp_bytes = take<uint32_t>(bytes, at);
+  if (bytes.size() - at < size_t{fp_bytes} + sizeof(int32_t) + sizeof(uint32_t))
+    return fail("is truncated");
+  StoredGemmTune t;
+  t.fingerprint.assign(bytes.substr(at, fp_bytes));
+  at += fp_bytes;
+  t.index = take<int32_t>(bytes, at);
+  const auto count = take<uint32_t>(bytes, at);
+  if (count > kMaxStoredGemmAlgos) return fail("holds " + std::to_string(count) + " times");
+  if (bytes.size() - at != size_t{count} * sizeof(float))
+    return fail("has " + std::to_string(bytes.size() - at) + " bytes of times for " +
+                std::to_string(count) + " candidates");
+  for (uint32_t i = 0; i < count; ++i) t.times_us.push_back(take<float>(bytes, at));
+  if (t.index < 0 || static_cast<uint32_t>(t.index) >= count || !std::isfinite(t.times_us[t.index]))
+    return fail("names winner " + std::to_string(t.index) + " of " + std::to_string(count) +
+                " candidates without a time");
+  for (float x : t.times_us)
+    if (x < t.times_us[t.index]) return fail("names a winner slower than another candidate");
+  return t;
+}
+
 std::string encode_gemm_answer(const StoredGemmAnswer& answer) {
   std::string out;
   out.reserve(kHeaderBytes + answer.fingerprint.size() + answer.algos.size() * kRecordBytes);
@@ -502,6 +563,73 @@ std::string lt_fingerprint(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                   add_attrs(fp, 'D', kLayoutAttrs, get_layout, d) &&
                   add_attrs(fp, 'P', kPrefAttrs, get_pref, pref);
   return ok ? fp : std::string();
+}
+
+GemmTuneSlot lt_tune_slot(int device, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                          cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                          cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref,
+                          int requested) {
+  GemmTuneSlot slot;
+  if (!gemm_algo_store() || requested <= 0 || static_cast<size_t>(requested) > kMaxStoredGemmAlgos)
+    return slot;
+  std::string fp = lt_fingerprint(desc, a, b, c, d, pref, requested);
+  const std::optional<GemmAlgoEnv> env = fp.empty() ? std::nullopt : env_of(device);
+  if (!env) return slot;
+  slot.key = gemm_tune_key(fp, *env);
+  slot.fingerprint = std::move(fp);
+  return slot;
+}
+
+int32_t lt_load_tune(const GemmTuneSlot& slot, int candidates, std::vector<float>* times) {
+  nvrtc::BinaryStore* store = gemm_algo_store();
+  if (slot.key.empty() || !store) return -1;
+  std::optional<std::string> bytes;
+  try {
+    bytes = store->load(slot.key);
+  } catch (const std::exception& e) {
+    say("autotune winner " + slot.key + ": the store failed to load it: " + e.what());
+  }
+  std::string why;
+  std::optional<StoredGemmTune> t;
+  if (bytes) {
+    t = decode_gemm_tune(*bytes, &why);
+    if (t && t->fingerprint != slot.fingerprint) {
+      why = "is for another problem (a key collision)";
+      t.reset();
+    }
+    if (t && t->times_us.size() != static_cast<size_t>(candidates)) {
+      why = "timed " + std::to_string(t->times_us.size()) + " candidates, this problem has " +
+            std::to_string(candidates);
+      t.reset();
+    }
+    if (!t) say("autotune winner " + slot.key + " " + why + "; ignoring it (timing again)");
+  }
+  if (!t) {
+    update_stats([](GemmAlgoStoreStats& s) { ++s.tune_misses; });
+    return -1;
+  }
+  update_stats([](GemmAlgoStoreStats& s) { ++s.tune_hits; });
+  say("autotune winner hit " + slot.key + ": candidate " + std::to_string(t->index) + " of " +
+      std::to_string(candidates));
+  *times = std::move(t->times_us);
+  return t->index;
+}
+
+void lt_keep_tune(const GemmTuneSlot& slot, int32_t index, const std::vector<float>& times) {
+  nvrtc::BinaryStore* store = gemm_algo_store();
+  if (slot.key.empty() || !store) return;
+  StoredGemmTune t;
+  t.fingerprint = slot.fingerprint;
+  t.index = index;
+  t.times_us = times;
+  try {
+    store->store(slot.key, encode_gemm_tune(t));
+    update_stats([](GemmAlgoStoreStats& s) { ++s.tune_stores; });
+    say("autotune winner stored " + slot.key + ": candidate " + std::to_string(index) + " of " +
+        std::to_string(times.size()));
+  } catch (const std::exception& e) {
+    say("autotune winner " + slot.key + ": the store failed to keep it: " + e.what());
+  }
 }
 
 cublasStatus_t lt_heuristic(int device, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,

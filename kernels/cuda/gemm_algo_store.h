@@ -52,6 +52,9 @@ struct GemmAlgoStoreStats {
   int64_t uncacheable = 0;     // problems the store cannot describe (asked the heuristic)
   double heuristic_us = 0;     // time in the heuristic, all misses together
   double hit_us = 0;           // time serving hits (load, decode, check)
+  int64_t tune_hits = 0;       // autotune winners served from the store (no timing)
+  int64_t tune_misses = 0;     // winners not in the store (or rejected): timed
+  int64_t tune_stores = 0;     // winners written to the store
 };
 GemmAlgoStoreStats gemm_algo_store_stats();
 void reset_gemm_algo_store_stats();
@@ -113,6 +116,21 @@ struct GemmAlgoTestProblem {
 // The fingerprint lt_fingerprint computes for the descriptors built from `p` (empty when the
 // problem cannot be stored).
 std::string gemm_algo_fingerprint_for_testing(const GemmAlgoTestProblem& p);
+
+// ---- MaxAutotune's winners ------------------------------------------------------------------
+// autotune_gemm (gemm_epilogue.h) keeps the winner it timed for a problem in the same store,
+// under "lttune-" and the problem's key, so a new process reuses it instead of timing again.
+// The winner indexes the heuristic's candidates, which the store also keeps: a stored winner
+// is valid as long as the candidates are the same, which the key guarantees.
+struct StoredGemmTune {
+  std::string fingerprint;      // of the problem (compared on load, as for the algorithms)
+  int32_t index = -1;           // the fastest of `times`
+  std::vector<float> times_us;  // per candidate, +inf for one that failed or was skipped
+};
+std::string encode_gemm_tune(const StoredGemmTune& tune);
+std::optional<StoredGemmTune> decode_gemm_tune(std::string_view bytes, std::string* why);
+// The store key of a problem's autotune winner: "lttune-" and 32 hex digits.
+std::string gemm_tune_key(std::string_view fingerprint, const GemmAlgoEnv& env);
 
 // Forget every cuBLASLt plan (and its algorithms, and gemm_epilogue's autotuned winners) that
 // matmul.cu and gemm_epilogue.cu cached, so the next GEMM of a problem builds its plan again,

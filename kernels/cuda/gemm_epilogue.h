@@ -95,6 +95,7 @@ struct GemmAutotuneResult {
   float microseconds = 0;    // its mean time per run
   std::vector<float> times;  // per candidate (microseconds; +inf: failed or skipped)
   bool cached = false;       // an earlier autotune of the same problem
+  bool from_store = false;   // timed by an earlier process: read from the algorithm store
   std::string describe;      // the winner's GemmAlgorithm::describe
 };
 GemmAutotuneResult autotune_gemm(const GemmCall& call, int k = 8, int repeats = 5,

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -256,6 +257,56 @@ TEST_CASE("gemm algo store: answers round-trip, anything malformed is rejected w
   const uint32_t huge = 100000;
   std::memcpy(b.data() + 24, &huge, sizeof huge);  // the result count
   rejected(b, "implausible");
+}
+
+TEST_CASE("gemm algo store: autotune winners round-trip, anything malformed is rejected",
+          "[kernels][cache]") {
+  kc::StoredGemmTune t;
+  t.fingerprint = "v1 requested=8 M0=44000000";
+  t.index = 2;
+  t.times_us = {12.5f, 11.0f, 9.75f, std::numeric_limits<float>::infinity()};
+  const std::string bytes = kc::encode_gemm_tune(t);
+  std::string why;
+  const std::optional<kc::StoredGemmTune> back = kc::decode_gemm_tune(bytes, &why);
+  INFO(why);
+  REQUIRE(back.has_value());
+  CHECK(back->fingerprint == t.fingerprint);
+  CHECK(back->index == 2);
+  CHECK(back->times_us == t.times_us);
+
+  auto rejected = [](const std::string& b, const std::string& reason) {
+    std::string w;
+    INFO("expected: " << reason);
+    CHECK_FALSE(kc::decode_gemm_tune(b, &w).has_value());
+    INFO("got: " << w);
+    CHECK(w.find(reason) != std::string::npos);
+  };
+  for (size_t cut : {size_t{0}, size_t{9}, size_t{20}, bytes.size() - 1})
+    rejected(bytes.substr(0, cut), cut + 1 == bytes.size() ? "bytes of times" : "truncated");
+  rejected(bytes + "x", "bytes of times");
+  rejected("garbage, not a winner at all", "magic");
+  std::string b = bytes;
+  b[8] = 9;  // format version
+  rejected(b, "format version");
+  kc::StoredGemmTune bad = t;
+  bad.index = 4;  // past the candidates
+  rejected(kc::encode_gemm_tune(bad), "winner 4 of 4");
+  bad.index = 3;  // the candidate that has no time
+  rejected(kc::encode_gemm_tune(bad), "without a time");
+  bad.index = 0;  // slower than candidate 2
+  rejected(kc::encode_gemm_tune(bad), "slower");
+  // Its key is the algorithms' key's companion: distinct, and as stable.
+  kc::GemmAlgoEnv env;
+  env.cublaslt_version = 130001;
+  env.device_name = "NVIDIA H200";
+  env.arch = 90;
+  env.sm_count = 132;
+  const std::string k = kc::gemm_tune_key(t.fingerprint, env);
+  CHECK(k.rfind("lttune-", 0) == 0);
+  CHECK(k.size() == 7 + 32);
+  CHECK(k == kc::gemm_tune_key(t.fingerprint, env));
+  CHECK(k != kc::gemm_tune_key(t.fingerprint + " ", env));
+  CHECK(k.substr(7) != kc::gemm_algo_key(t.fingerprint, env).substr(7));
 }
 
 // ---- [cuda]: through mm, bmm and gemm_epilogue --------------------------------------------------
@@ -565,6 +616,77 @@ TEST_CASE("gemm algo store: gemm_epilogue's top algorithms come back from the st
         return d.clone();
       },
       first, ref);
+}
+
+TEST_CASE("gemm algo store: an autotune winner is timed once, then reused by a new process",
+          "[kernels][cuda][cache]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(10);
+  const Tensor a = randn({96, 600}, dev), b = randn({600, 640}, dev), bias = randn({640}, dev);
+  const Reference ref = reference_mm(a, b, bias);
+  Tensor d = full({96, 640}, std::nan(""), dev);
+  kc::GemmCall call;
+  call.device = 0;
+  call.dtype = kFloat32;
+  call.a = {a.raw_data(), 96, 600, a.stride(0), a.stride(1)};
+  call.b = {b.raw_data(), 600, 640, b.stride(0), b.stride(1)};
+  call.d = d.raw_data();
+  call.ld_d = 640;
+  call.epilogue = kc::GemmEpilogue::Bias;
+  call.bias = bias.raw_data();
+  MemoryStore store;
+  StoreScope scope(&store);
+  auto tune_keys = [&] {
+    std::vector<std::string> k;
+    for (const auto& [key, bytes] : store.map)
+      if (key.rfind("lttune-", 0) == 0) k.push_back(key);
+    return k;
+  };
+
+  const kc::GemmAutotuneResult timed = kc::autotune_gemm(call, 8, 3, 100.0);
+  INFO("log:\n" << store_log_text());
+  REQUIRE(timed.index >= 0);
+  CHECK_FALSE(timed.from_store);
+  check_against(d, ref, "autotuned");
+  const Tensor first = d.clone();
+  REQUIRE(tune_keys().size() == 1);
+  const std::string key = tune_keys()[0];
+  CHECK(kc::gemm_algo_store_stats().tune_stores == 1);
+
+  // A new process: the same winner and times from the store, nothing timed, the same bits.
+  StoreScope::restart();
+  d.fill_(std::nan(""));
+  const kc::GemmAutotuneResult again = kc::autotune_gemm(call, 8, 3, 100.0);
+  CHECK(again.from_store);
+  CHECK(again.index == timed.index);
+  CHECK(again.times == timed.times);
+  CHECK(again.describe == timed.describe);
+  CHECK(kc::gemm_algo_store_stats().tune_hits == 1);
+  CHECK(kc::gemm_algo_store_stats().tune_stores == 0);
+  CHECK(same_bits(d, first));
+  d.fill_(std::nan(""));
+  kc::gemm_epilogue(call);  // the winner is the problem's default now
+  CHECK(same_bits(d, first));
+
+  // Asked for fewer candidates than were timed: another question, timed afresh.
+  StoreScope::restart();
+  const kc::GemmAutotuneResult fewer = kc::autotune_gemm(call, 2, 3, 100.0);
+  CHECK_FALSE(fewer.from_store);
+  CHECK(fewer.times.size() == 2);
+
+  // A broken entry is reported, ignored, timed again and rewritten.
+  store.map[key] = "EMBLTTUN garbage";
+  StoreScope::restart();
+  store_log().clear();
+  const kc::GemmAutotuneResult rebuilt = kc::autotune_gemm(call, 8, 3, 100.0);
+  CHECK_FALSE(rebuilt.from_store);
+  CHECK(rebuilt.index >= 0);
+  CHECK(store_log_text().find("ignoring it") != std::string::npos);
+  std::string why;
+  CHECK(kc::decode_gemm_tune(store.map.at(key), &why).has_value());
+  check_against(d, ref, "re-tuned");
 }
 
 // ---- [cuda]: through the JIT, in new processes ------------------------------------------------
