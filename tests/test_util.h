@@ -1,6 +1,10 @@
 #pragma once
+#include <stdlib.h>  // mkdtemp
+
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <iostream>
+#include <string>
 
 #include "core/cuda_runtime.h"
 
@@ -13,3 +17,28 @@
       return;                                                 \
     }                                                         \
   } while (0)
+
+namespace ember::test {
+
+// A fresh directory under the system's temp dir (`prefix` and six random characters), removed
+// with everything in it when the object goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "ember_test") {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace ember::test

@@ -59,25 +59,7 @@ class CacheLog {
   unsigned prev_ = 0;
 };
 
-// A fresh directory under the system temp dir, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ember_disk_cache_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ember::test::TempDir;
 
 // Bytes that look like a binary: every byte value, NULs included.
 std::string payload(int seed, size_t n) {

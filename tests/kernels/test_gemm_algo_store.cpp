@@ -565,6 +565,24 @@ TEST_CASE("gemm algo store: bmm reuses its stored algorithm bit for bit",
   }
 }
 
+namespace {
+
+// gemm_epilogue's D = A B + bias for row-major float32 operands on device 0, into `d`.
+kc::GemmCall bias_call(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& d) {
+  kc::GemmCall call;
+  call.device = 0;
+  call.dtype = kFloat32;
+  call.a = {a.raw_data(), a.size(0), a.size(1), a.stride(0), a.stride(1)};
+  call.b = {b.raw_data(), b.size(0), b.size(1), b.stride(0), b.stride(1)};
+  call.d = d.raw_data();
+  call.ld_d = d.stride(0);
+  call.epilogue = kc::GemmEpilogue::Bias;
+  call.bias = bias.raw_data();
+  return call;
+}
+
+}  // namespace
+
 TEST_CASE("gemm algo store: gemm_epilogue's top algorithms come back from the store unchanged",
           "[kernels][cuda][cache]") {
   EMBER_REQUIRE_CUDA();
@@ -574,15 +592,7 @@ TEST_CASE("gemm algo store: gemm_epilogue's top algorithms come back from the st
   const Tensor a = randn({64, 100}, dev), b = randn({100, 48}, dev), bias = randn({48}, dev);
   const Reference ref = reference_mm(a, b, bias);
   Tensor d = full({64, 48}, std::nan(""), dev);  // every element must be written
-  kc::GemmCall call;
-  call.device = 0;
-  call.dtype = kFloat32;
-  call.a = {a.raw_data(), 64, 100, a.stride(0), a.stride(1)};
-  call.b = {b.raw_data(), 100, 48, b.stride(0), b.stride(1)};
-  call.d = d.raw_data();
-  call.ld_d = 48;
-  call.epilogue = kc::GemmEpilogue::Bias;
-  call.bias = bias.raw_data();
+  const kc::GemmCall call = bias_call(a, b, bias, d);
   MemoryStore store;
   StoreScope scope(&store);
 
@@ -627,15 +637,7 @@ TEST_CASE("gemm algo store: an autotune winner is timed once, then reused by a n
   const Tensor a = randn({96, 600}, dev), b = randn({600, 640}, dev), bias = randn({640}, dev);
   const Reference ref = reference_mm(a, b, bias);
   Tensor d = full({96, 640}, std::nan(""), dev);
-  kc::GemmCall call;
-  call.device = 0;
-  call.dtype = kFloat32;
-  call.a = {a.raw_data(), 96, 600, a.stride(0), a.stride(1)};
-  call.b = {b.raw_data(), 600, 640, b.stride(0), b.stride(1)};
-  call.d = d.raw_data();
-  call.ld_d = 640;
-  call.epilogue = kc::GemmEpilogue::Bias;
-  call.bias = bias.raw_data();
+  const kc::GemmCall call = bias_call(a, b, bias, d);
   MemoryStore store;
   StoreScope scope(&store);
   auto tune_keys = [&] {
@@ -705,24 +707,7 @@ struct AlgoNetImpl : nn::Module {
 };
 EMBER_MODULE(AlgoNet);
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ember_algo_store_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ember::test::TempDir;
 
 struct ChildRun {
   int exit_code = -1;
