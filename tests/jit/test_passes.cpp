@@ -170,7 +170,10 @@ struct Mlp {
 // two values live at the same time overlap, outputs are fresh, and every owned root that must
 // exist has storage. Liveness is recomputed here from the definitions (producer to the last
 // node touching the root's memory, group members counting at their group's last member).
-void check_plan(const Graph& g, const MemoryPlan& p, bool materialize) {
+// Checks the plan against the graph (storage where needed, no two buffers live together share
+// bytes) and returns a lower bound of any plan's arena bytes: the most bytes of stored buffers
+// live at one position (each rounded up to the planner's 256-byte alignment).
+int64_t check_plan(const Graph& g, const MemoryPlan& p, bool materialize) {
   const size_t nv = g.values.size(), nn = g.nodes.size();
   REQUIRE(p.arena_of.size() == nv);
   REQUIRE(p.offset_of.size() == nv);
@@ -246,6 +249,15 @@ void check_plan(const Graph& g, const MemoryPlan& p, bool materialize) {
   int64_t sum = 0;
   for (const auto& a : p.arenas) sum += a.bytes;
   CHECK(p.total_bytes() == sum);
+  int64_t bound = 0;
+  for (int64_t t = 0; t <= static_cast<int64_t>(nn); ++t) {
+    int64_t live = 0;
+    for (size_t v = 0; v < nv; ++v)
+      if (p.arena_of[v] >= 0 && lo[v] <= t && t <= hi[v]) live += (bytes(v) + 255) / 256 * 256;
+    bound = std::max(bound, live);
+  }
+  CHECK(p.total_bytes() >= bound);
+  return bound;
 }
 
 }  // namespace
@@ -648,6 +660,27 @@ TEST_CASE("jit plan_memory reuses dead buffers without overlap", "[jit]") {
   CHECK(p.arena_of[x] == -1);
 }
 
+TEST_CASE("jit plan_memory leaves no hole a later, larger buffer cannot use", "[jit]") {
+  // A (256 bytes) dies under B (512), born after A; C (512) is born after A died. Placed in order
+  // of definition, C cannot use A's 256-byte hole and goes above B: 1280 bytes. Largest first,
+  // A sits above B, where C goes once A is dead: 1024 bytes, the most ever live at once.
+  Graph g;
+  const ValueId xa = g.add_input(zeros({1, 64}), 0);
+  const ValueId xb = g.add_input(zeros({2, 64}), 1);
+  const ValueId a = g.append(OpId::exp, {xa});
+  const ValueId b = g.append(OpId::exp, {xb});
+  const ValueId a_out = g.append(OpId::neg, {a});  // A's last use
+  const ValueId c = g.append(OpId::tanh, {b});
+  const ValueId d = g.append(OpId::add, {b, c});
+  g.outputs = {a_out, d};
+  const MemoryPlan p = plan_memory(g, false);
+  const int64_t bound = check_plan(g, p, false);
+  CHECK(bound == 1024);
+  CHECK(p.total_bytes() == 1024);
+  CHECK(p.arena_of[a] >= 0);
+  CHECK(p.arena_of[c] >= 0);
+}
+
 TEST_CASE("jit plan_memory on the fused MLP step", "[jit]") {
   Mlp net;
   Graph& g = net.g;
@@ -656,7 +689,9 @@ TEST_CASE("jit plan_memory on the fused MLP step", "[jit]") {
   for (bool materialize : {false, true}) {
     INFO("materialize " << materialize);
     const MemoryPlan p = plan_memory(g, materialize);
-    check_plan(g, p, materialize);
+    const int64_t bound = check_plan(g, p, materialize);
+    INFO("arena " << p.total_bytes() << " bytes, at most " << bound << " live at once");
+    CHECK(p.total_bytes() == bound);  // no byte the step never needs at once
     // A GEMM writes its whole product even when an epilogue group consumes it; the epilogue's
     // own intermediates (h + b before relu) exist only when groups run op by op.
     CHECK(p.arena_of[net.h] >= 0);
