@@ -130,8 +130,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage)
 
   // Two placements, the smaller kept: first fit in order of definition, and first fit from the
   // largest buffer down. Neither is always the better one; the second avoids the holes the first
-  // leaves when a small buffer dies under a large one that is born later (the seed MLP at batch
-  // 1024 replayed 1.5 MiB above eager's peak with the first alone).
+  // leaves when a small buffer dies under a large one that is born later (on the H200 it took
+  // deep_mlp's compiled peak at batch 8192 from 394.4 to 364.4 MiB, eager's being 362.6).
   std::vector<ValueId> by_definition = stored, by_size = stored;
   std::stable_sort(by_definition.begin(), by_definition.end(),
                    [&](ValueId a, ValueId b) { return first[a] < first[b]; });

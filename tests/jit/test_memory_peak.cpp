@@ -3,11 +3,9 @@
 // calls, building the executable, and the replays, on the seed MLP.
 //
 // Where the compiled step stands (bench/NOTES.md): at batch 64 and 8192 its peak equals eager's;
-// at 1024 it is 1.5 MiB (one dW1, 1.10x) above, at 4096 46 KiB. Our reading (not verified
-// piece by piece): a replay keeps each gradient in its arena for the whole step (it is the
-// memory p.grad points at between steps), while eager's zero_grad frees the gradients until
-// backward makes new ones. The test holds what was measured: equal where the target is met, and
-// never more than the gradients above eager.
+// at 1024 it is 1.5 MiB (1.10x) above, at 4096 46 KiB. The cause is not established yet (the
+// build alone, and the placement of the arena, were ruled out). The test holds what was
+// measured: equal where the target is met, and never more than the gradients' bytes above eager.
 #include <cmath>
 #include <string>
 #include <vector>
