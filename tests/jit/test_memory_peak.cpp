@@ -3,9 +3,10 @@
 // calls, building the executable, and the replays, on the seed MLP.
 //
 // Where the compiled step stands (bench/NOTES.md): at batch 64 and 8192 its peak equals eager's;
-// at 1024 it is 1.5 MiB (1.10x) above, at 4096 46 KiB. The cause is not established yet (the
-// build alone, and the placement of the arena, were ruled out). The test holds what was
-// measured: equal where the target is met, and never more than the gradients' bytes above eager.
+// at 1024 it is 1.5 MiB (1.10x) above, at 4096 46 KiB. Found on the CPU, not yet fixed: SGD
+// keeps its last update's tensors in a reused vector, so the last traced call's gradients stay
+// alive through every replay (bench/NOTES.md). The test holds what was measured: equal where the
+// target is met, and never more than the gradients' bytes above eager.
 #include <cmath>
 #include <string>
 #include <vector>
