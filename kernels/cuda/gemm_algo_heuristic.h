@@ -10,8 +10,9 @@ namespace ember::kernels::cuda {
 
 // Same contract as cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, pref, requested,
 // results, found): with no store installed it is that call. With one, a stored answer for this
-// exact problem on `device` (validated with cublasLtMatmulAlgoCheck) is returned instead, and an
-// answer the heuristic gives is stored for the next process. Whatever the store holds, the
+// exact problem on `device` (its workspace checked, and cublasLtMatmulAlgoCheck when
+// set_gemm_algo_check(true)) is returned instead, and an answer the heuristic gives is stored
+// for the next process. Whatever the store holds, the
 // returned status, results and count are what the heuristic returns: a malformed, mismatched or
 // refused entry is ignored (reported on the store's log) and rewritten. Only successful answers
 // and "no algorithm" (CUBLAS_STATUS_NOT_SUPPORTED) answers are stored. The descriptor's pointers

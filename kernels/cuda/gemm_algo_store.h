@@ -47,7 +47,7 @@ struct GemmAlgoStoreStats {
   int64_t hits = 0;            // served from the store (heuristic skipped)
   int64_t misses = 0;          // not in the store (or rejected): the heuristic was asked
   int64_t bad_entries = 0;     // stored bytes that were malformed or for another problem
-  int64_t check_failures = 0;  // stored algorithms cublasLtMatmulAlgoCheck refused
+  int64_t check_failures = 0;  // stored algorithms refused (workspace, or AlgoCheck when on)
   int64_t stores = 0;          // answers written to the store
   int64_t uncacheable = 0;     // problems the store cannot describe (asked the heuristic)
   double heuristic_us = 0;     // time in the heuristic, all misses together
