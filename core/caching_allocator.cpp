@@ -44,8 +44,7 @@ CachingAllocator::~CachingAllocator() {
 }
 
 size_t CachingAllocator::round_size(size_t nbytes) {
-  if (nbytes <= kSmallLimit) return std::max(kSmallRound, round_up(nbytes, kSmallRound));
-  return round_up(nbytes, kLargeRound);
+  return std::max(kRound, round_up(nbytes, kRound));
 }
 
 void* CachingAllocator::allocate(size_t nbytes) {
@@ -77,14 +76,24 @@ CachingAllocator::Block* CachingAllocator::take_free_block(bool small, size_t si
 }
 
 CachingAllocator::Block* CachingAllocator::new_segment(bool small, size_t size, size_t request) {
-  const size_t seg = small ? kSmallSegment : size;
+  // Mid-size blocks share one 20 MiB segment, so a run of them costs one backend call and the
+  // segment's tail serves the next ones; a bigger block's own segment adds under 2 MiB of
+  // reserved memory.
+  const size_t own = small ? kSmallSegment : round_up(size, kLargeSegmentRound);
+  const size_t shared = !small && size < kSharedLimit ? kSharedSegment : own;
+  size_t seg = shared;
   void* p = backend_.raw_alloc(seg);
   if (!p) {
     // Cached blocks may be exactly what the backend lacks: give them back and retry once.
     release_free_segments();
     p = backend_.raw_alloc(seg);
-    if (!p) throw_oom(request, size);
   }
+  if (!p && own < shared) {
+    // A nearly full device may lack 20 MiB but still hold the block itself.
+    seg = own;
+    p = backend_.raw_alloc(seg);
+  }
+  if (!p) throw_oom(request, size);
   ++stats_.num_device_mallocs;
   stats_.reserved += static_cast<int64_t>(seg);
   Block* b = new Block;
@@ -95,11 +104,14 @@ CachingAllocator::Block* CachingAllocator::new_segment(bool small, size_t size, 
 }
 
 void CachingAllocator::split(Block* b, size_t size) {
-  // All sizes in a pool are multiples of its rounding, so any remainder is a usable block.
-  if (b->size <= size) return;
+  // All sizes are multiples of kRound, so any small remainder is a usable small block. A large
+  // remainder of 1 MiB or less could serve no large request (they are all over 1 MiB) and would
+  // only sit between live blocks, so it stays with this block.
+  const size_t rest_size = b->size - size;
+  if (rest_size == 0 || (!b->small && rest_size <= kSmallLimit)) return;
   Block* rest = new Block;
   rest->ptr = b->ptr + size;
-  rest->size = b->size - size;
+  rest->size = rest_size;
   rest->small = b->small;
   rest->prev = b;
   rest->next = b->next;

@@ -5,14 +5,20 @@
 // may be handed to the next request at once: later work on that stream is ordered after every
 // earlier use.
 //
-// Size classes: requests up to 1 MiB are "small", rounded up to 512 B and carved out of 2 MiB
-// segments; larger requests round up to a multiple of 2 MiB and get a segment of their own size
-// when no cached block fits. The two pools never lend to each other, so small tensors cannot
-// fragment the large blocks. Reuse is best fit: the smallest cached block that holds the
-// request, the rest split off as a new free block.
+// Size classes: every request rounds up to a multiple of 512 B (at least 512 B), so rounding
+// adds at most 511 B. Blocks up to 1 MiB are "small" and are carved out
+// of 2 MiB segments; larger ones are "large". When no cached large block fits, a large block of
+// under 10 MiB gets a new 20 MiB segment, which later mid-size blocks share; a bigger one gets a
+// segment of its size rounded up to 2 MiB. The two pools never lend to each other, so small
+// tensors cannot fragment the large segments. Reuse is best fit: the smallest cached block that
+// holds the request. The rest of a small block is split off as a new free block; the rest of a
+// large block only when it is over 1 MiB (a smaller piece could serve no large request, so it
+// stays with the block and counts as allocated). Freed blocks merge with free neighbours.
 //
 // Out of memory: when the backend refuses, every fully free segment is returned to it and the
-// request is retried once; if that fails too, ember::Error reports the request and the figures.
+// segment is asked for once more; a shared 20 MiB segment that is still refused falls back to
+// one of the block's own size rounded to 2 MiB, so a nearly full device still serves mid-size
+// requests. If that fails too, ember::Error reports the request and the figures.
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -36,10 +42,14 @@ using AllocatorStats = cuda::AllocatorStats;
 
 class CachingAllocator final : public Allocator {
  public:
-  static constexpr size_t kSmallRound = 512;
-  static constexpr size_t kSmallLimit = size_t{1} << 20;    // requests up to this are small
+  static constexpr size_t kRound = 512;                     // every block size is a multiple
+  static constexpr size_t kSmallLimit = size_t{1} << 20;    // blocks up to this are small
   static constexpr size_t kSmallSegment = size_t{2} << 20;  // small blocks come from these
-  static constexpr size_t kLargeRound = size_t{2} << 20;
+  // Large blocks under kSharedLimit come from kSharedSegment-byte segments; larger ones get a
+  // segment of their size rounded up to kLargeSegmentRound.
+  static constexpr size_t kSharedLimit = size_t{10} << 20;
+  static constexpr size_t kSharedSegment = size_t{20} << 20;
+  static constexpr size_t kLargeSegmentRound = size_t{2} << 20;
 
   // `backend` is not owned and must outlive the allocator. `name` ("cuda:0") appears in errors.
   CachingAllocator(RawBackend& backend, std::string name);
@@ -54,11 +64,13 @@ class CachingAllocator final : public Allocator {
 
   // Returns every fully free segment to the backend.
   void empty_cache();
-  // `allocated` and `peak_allocated` count the rounded block sizes handed out.
+  // `allocated` and `peak_allocated` count the block sizes handed out (the rounded request plus
+  // any unsplit remainder of a large block); `reserved` counts the segments held.
   AllocatorStats stats() const;
   void reset_peak();  // peak_allocated := allocated
 
-  // The block size a request of `nbytes` occupies (its size class).
+  // The rounded size of a request of `nbytes` (a multiple of kRound). The block handed out is
+  // this big, or up to 1 MiB bigger for a large block whose remainder is not split off.
   static size_t round_size(size_t nbytes);
 
  private:
