@@ -106,9 +106,11 @@ Executor::~Executor() = default;
 void Executor::build_slots() {
   const size_t nv = g_.values.size();
   slots_.assign(nv, nullptr);
+  // Empty storages for now, shared by the slots that live in them: allocate_arenas() gives them
+  // memory at the first replay.
   for (const MemoryPlan::Arena& a : plan_.arenas) {
-    arenas_.push_back(std::make_shared<Storage>(static_cast<size_t>(std::max<int64_t>(a.bytes, 1)),
-                                                a.device, allocator_for(a.device)));
+    arenas_.push_back(std::make_shared<Storage>(size_t{0}, a.device, allocator_for(a.device)));
+    arena_bytes_.push_back(static_cast<size_t>(std::max<int64_t>(a.bytes, 1)));
     stats_.arena_bytes += a.bytes;
   }
   input_members_.assign(g_.inputs.size(), {});
@@ -381,7 +383,39 @@ void Executor::apply_effects() {
   }
 }
 
+// Gradients this replay replaces wholesale (every grad effect sets the parameter's gradient,
+// and a gradient the graph reads is state, never dropped here) are let go before the replay
+// allocates: otherwise the last call's gradients and this call's new ones are alive together,
+// a peak eager never has (its zero_grad frees them before backward). Nobody can observe the
+// gap: apply_effects() sets every one of them before the call returns.
+void Executor::drop_replaced_grads() {
+  for (const GradEffect& e : g_.grad_effects) {
+    Tensor& param = g_.state[e.state];
+    const Tensor old = param.grad();
+    if (!old.defined() || old.impl()->storage == nullptr) continue;
+    const Storage* st = old.impl()->storage.get();
+    bool ours = std::find(state_storage_.begin(), state_storage_.end(), st) != state_storage_.end();
+    for (const StoragePtr& a : arenas_) ours = ours || a.get() == st;
+    if (!ours) param.set_grad(Tensor());
+  }
+}
+
+// The arenas' memory, taken at the first replay rather than when the executable was built: the
+// build happens inside the last traced call, whose eager gradients the caller holds until the
+// next call replaces them, and arena + those gradients would be a peak above eager's.
+// (Work in progress, branch wip/memory-1024: not yet measured on the GPU; bench/NOTES.md.)
+void Executor::allocate_arenas() {
+  drop_replaced_grads();
+  for (size_t k = 0; k < arenas_.size(); ++k) {
+    Storage& s = *arenas_[k];
+    s.data = s.allocator->allocate(arena_bytes_[k]);
+    s.nbytes = arena_bytes_[k];
+  }
+  arenas_allocated_ = true;
+}
+
 void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
+  if (!arenas_allocated_) allocate_arenas();
   if (graph_ok_ && (graph_ || plain_replays_ >= 1)) {
     if (!graph_) capture_graph();
     if (graph_) {
@@ -402,7 +436,9 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
       s.offset = g_.values[v].offset + shift;
     }
   }
-  // Returned tensors get memory of their own each call.
+  // Returned tensors get memory of their own each call (after the gradients this call replaces
+  // are let go, so the old and new ones never coexist).
+  if (!fresh_roots_.empty()) drop_replaced_grads();
   for (size_t f = 0; f < fresh_roots_.size(); ++f) {
     const Value& r = g_.values[fresh_roots_[f]];
     StoragePtr st = make_empty(r.shape, r.dtype, r.device).impl()->storage;

@@ -74,13 +74,19 @@ class Executor {
   void capture_graph();
   void replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs);
   void apply_effects();
+  void drop_replaced_grads();
+  void allocate_arenas();
   Tensor slot_tensor(ValueId v) const { return Tensor(slots_[v]); }
 
   Graph g_;
   MemoryPlan plan_;
   ExecutorStats stats_;
   std::vector<std::shared_ptr<TensorImpl>> slots_;  // per value id
+  // The plan's arenas. Their memory is taken at the first replay, not when the executable is
+  // built (see allocate_arenas), so arena_bytes_ keeps each one's size until then.
   std::vector<StoragePtr> arenas_;
+  std::vector<size_t> arena_bytes_;
+  bool arenas_allocated_ = false;
   std::vector<Step> steps_;
   std::vector<std::unique_ptr<CpuGroupRunner>> cpu_groups_;
   // Per group (CUDA; null: op by op), then one per standalone GEMM (its group in solo_groups_).

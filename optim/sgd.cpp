@@ -145,6 +145,10 @@ void SGD::run_update(size_t group, size_t slot, const std::vector<size_t>& idx, 
   // zero_step is shared and must stay 0: only the slot's own counter is ever counted.
   a.increment_step = count_step && !first_step;
   dispatch(OpId::sgd_update, std::span<const Tensor>(inputs_), a);
+  // Let go of the tensors (keeping the capacity): holding them would keep this step's gradients
+  // alive through the next forward and backward, and a compiled step's last traced gradients
+  // alive for good (its replays never come back here).
+  inputs_.clear();
 }
 
 void SGD::check_grads() const {

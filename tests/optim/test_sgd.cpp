@@ -423,3 +423,21 @@ TEST_CASE("SGD 16-bit parameters on CUDA", "[optim][cuda]") {
     CHECK(test::read(p) == want);
   }
 }
+
+TEST_CASE("SGD holds no gradient after its step: zero_grad frees them", "[optim]") {
+  // PyTorch's zero_grad(set_to_none) frees the gradients before the next backward; an optimizer
+  // that kept a reference would carry two sets of gradients through every step.
+  manual_seed(3);
+  Tensor w = randn({8, 4}).requires_grad_(), b = randn({4}).requires_grad_();
+  optim::SGD opt({w, b}, optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    Tensor loss = sum(mul(add(mm(randn({2, 8}), w), b), 2.0));
+    loss.backward();
+    const std::weak_ptr<TensorImpl> gw = w.grad().impl_ptr(), gb = b.grad().impl_ptr();
+    opt.step();
+    opt.zero_grad();
+    CHECK(gw.expired());
+    CHECK(gb.expired());
+  }
+}
