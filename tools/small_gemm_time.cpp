@@ -1,5 +1,6 @@
 // Times the handwritten small GEMMs (kernels/cuda/small_gemm.h) against cuBLASLt on the same
-// problems: the seed MLP's layer-2 forward [B,512]x[512,10] and input gradient [B,10]x[10,512].
+// problems: the seed MLP's layer-2 forward [B,512]x[512,10], input gradient [B,10]x[10,512] and
+// weight gradient [10,B]x[B,512].
 // Per call: the mean of 200 back-to-back calls between two synchronizes (so launch gaps count),
 // and one call alone after a synchronize.
 //   small_gemm_time
@@ -52,7 +53,9 @@ int main() {
     const struct {
       const char* name;
       Tensor a, bm;
-    } problems[] = {{"[B,512]x[512,10] (W^T)", h, w2.t()}, {"[B,10]x[10,512]", d_o, w2}};
+    } problems[] = {{"[B,512]x[512,10] (W^T)", h, w2.t()},
+                    {"[B,10]x[10,512]", d_o, w2},
+                    {"[10,B]x[B,512] (dW2)", d_o.t(), h}};
     for (const auto& p : problems) {
       Tensor d = empty({p.a.size(0), p.bm.size(1)}, TensorOptions(dev));
       kc::GemmCall c;
