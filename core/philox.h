@@ -5,9 +5,11 @@
 //
 // Stream layout: element i of a draw at generator offset `off` uses counter c = off + i / 2;
 // one Philox call gives four 32-bit words: words (0,1) serve even i, words (2,3) odd i, each
-// pair a 64-bit value. A draw of n elements advances the offset by ceil(n / 2).
+// pair a 64-bit value (the float normal draw, normal_pair_f32, instead makes both elements of
+// the pair from words 0 and 1). A draw of n elements advances the offset by ceil(n / 2).
 #include "core/macros.h"
 #if !defined(__CUDACC_RTC__)
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #endif
@@ -77,10 +79,12 @@ EMBER_HD double uniform(uint64_t seed, uint64_t offset, uint64_t i) {
 }
 
 // Standard normal by Box-Muller on the two 64-bit halves of one Philox call: even i takes the
-// cosine branch, odd i the sine branch of the same pair. Computed in double on both devices so
-// that CPU and CUDA agree after rounding to the output dtype. normal_pair() gives both elements
-// of a pair from one Philox call and one logarithm, with the same expressions as normal(), so
-// the two agree bit for bit (a kernel that draws pairs does half the work).
+// cosine branch, odd i the sine branch of the same pair. This is the float64 draw: computed in
+// double with the platform's log/sin/cos, so CPU (glibc) and CUDA (libdevice) agree to about
+// one ulp of a double, not bit for bit. float32/float16/bfloat16 outputs use normal_f32 below.
+// normal_pair() gives both elements of a pair from one Philox call and one logarithm, with the
+// same expressions as normal(), so the two agree bit for bit (a kernel that draws pairs does
+// half the work).
 struct PolarDraw {
   double radius, angle;
 };
@@ -99,6 +103,192 @@ EMBER_HD void normal_pair(uint64_t seed, uint64_t offset, uint64_t pair, double&
   const PolarDraw d = box_muller(bits64_pair(seed, offset, pair));
   even = d.radius * ::cos(d.angle);
   odd = d.radius * ::sin(d.angle);
+}
+
+// ---- The float draw: Box-Muller in float, bit-identical on CPU and CUDA ----------------------
+//
+// Why float: randn of a float32/float16/bfloat16 tensor needs float precision only, and on the
+// GPU the double Box-Muller above costs nearly three times the Philox call (40 us against
+// 14.5 us for [8192, 784] on the H200; float math 22 us, bench/experiments/randn_variants.cu).
+//
+// Why our own log and sincos: libm's logf/sinf (glibc) and CUDA's are not correctly rounded
+// and differ in the last bit for some inputs, so CPU and CUDA would disagree. The functions below
+// use only operations that IEEE 754 defines exactly (+, -, *, / and sqrt rounded to nearest,
+// integer <-> float conversion, bit manipulation), which every conforming implementation rounds
+// identically, so both devices compute the same bits.
+//
+// Why no contraction: a compiler that fuses a*b + c into one FMA rounds once instead of twice
+// and changes the result. nvcc does so by default (even across statements), GCC with
+// -ffp-contract=fast on targets with FMA. On the device every operation goes through the
+// round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...), which nvcc never contracts; on the
+// host through one-operation helpers, and the CPU source that draws (kernels/cpu/random.cpp) is
+// compiled with -ffp-contract=off (CMakeLists.txt); other host code that must match CUDA bit for
+// bit needs the same option on a target with FMA (without -march, x86-64 has none).
+namespace f32 {
+
+EMBER_HD float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+EMBER_HD float sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+EMBER_HD float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+EMBER_HD float div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+EMBER_HD float sqrt(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);  // IEEE square root (one instruction), correctly rounded
+#endif
+}
+EMBER_HD float from_int(int32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __int2float_rn(v);
+#else
+  return static_cast<float>(v);
+#endif
+}
+EMBER_HD float from_uint(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __uint2float_rn(v);
+#else
+  return static_cast<float>(v);
+#endif
+}
+EMBER_HD uint32_t bits_of(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(v);
+#else
+  return std::bit_cast<uint32_t>(v);
+#endif
+}
+EMBER_HD float from_bits(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(v);
+#else
+  return std::bit_cast<float>(v);
+#endif
+}
+
+// Number of bits needed to write v (0 for 0).
+EMBER_HD int bit_width(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return 32 - __clz(static_cast<int>(v));
+#else
+  return static_cast<int>(std::bit_width(v));
+#endif
+}
+
+// Natural logarithm of a positive normal finite float (Box-Muller needs (0, 1]); error below
+// one ulp. x = m * 2^e with m in [sqrt(1/2), sqrt(2)); with f = m - 1 (exact) and
+// s = f / (2 + f), log(m) = log((1 + s) / (1 - s)) = 2s + 2s^3/3 + 2s^5/5 + ..., |s| <= 0.1716,
+// so terms to s^9 leave a truncation error below 3e-9 of the result. It is evaluated as
+// f - (f^2/2 - s (f^2/2 + R)) (R = 2s^2/3 + 2s^4/5 + ..., an identity since 2s = f - s f), so
+// the exact f carries the result and the rounded part is small. e ln2 is added as e * ln2_hi
+// (exact: ln2_hi has 15 significant bits, |e| < 2^8) plus e * ln2_lo.
+EMBER_HD float log(float x) {
+  constexpr uint32_t kSqrtHalfBits = 0x3f3504f3u;  // float(sqrt(1/2))
+  constexpr float kLn2Hi = 0x1.62e4p-1f, kLn2Lo = 0x1.7f7d1cp-20f;
+  constexpr float kL1 = 0x1.555556p-1f, kL2 = 0x1.99999ap-2f;  // 2/3, 2/5
+  constexpr float kL3 = 0x1.24924ap-2f, kL4 = 0x1.c71c72p-3f;  // 2/7, 2/9
+  // Shifting the bits by (1.0 - sqrt(1/2)) moves the binade edge to sqrt(1/2): the exponent
+  // field then holds e + 127 and the low 23 bits, re-based at sqrt(1/2), give m.
+  const uint32_t shifted = bits_of(x) + (0x3f800000u - kSqrtHalfBits);
+  const int32_t e = static_cast<int32_t>(shifted >> 23) - 127;
+  const float m = from_bits((shifted & 0x007fffffu) + kSqrtHalfBits);
+  const float f = sub(m, 1.0f);
+  const float s = div(f, add(2.0f, f));
+  const float z = mul(s, s);
+  const float r = mul(z, add(kL1, mul(z, add(kL2, mul(z, add(kL3, mul(z, kL4)))))));
+  const float half_f2 = mul(mul(0.5f, f), f);
+  const float ef = from_int(e);
+  const float tail = add(mul(s, add(half_f2, r)), mul(ef, kLn2Lo));
+  return sub(mul(ef, kLn2Hi), sub(sub(half_f2, tail), f));
+}
+
+// sin and cos of 2*pi*w/2^32 (one turn of a 32-bit word); error about one ulp, relative also
+// near the zeros. The reduction is exact and done on the integer: w = q 2^30 + d with q the
+// nearest quarter turn (mod 4) and d in [-2^29, 2^29), so the angle is (pi/2)(q + r) with
+// r = d / 2^30. sin and cos of t = (pi/2)|r| <= pi/4 are Taylor polynomials in |r| (to r^9
+// for sin, r^10 for cos: truncation below 3e-9 and 2e-10 of the result), then the sign of r
+// and q quarter turns are applied. Without FMA the leading terms need care to stay near one
+// ulp: |r| = r_hi + r_lo exactly with r_hi of 12 significant bits, so (pi/2)_hi * r_hi (12 bits
+// each) and r_hi^2 are exact products and only small terms are rounded.
+EMBER_HD void sincos_turn(uint32_t w, float& sin_out, float& cos_out) {
+  // (pi/2)^k / k! with alternating signs, rounded to float; pi/2 = kS1Hi + kS1Lo, kS1Hi with
+  // 12 significant bits.
+  constexpr float kS1Hi = 0x1.92p+0f, kS1Lo = 0x1.fb5444p-12f, kS3 = -0x1.4abbcep-1f;
+  constexpr float kS5 = 0x1.466bc6p-4f, kS7 = -0x1.32d2ccp-8f, kS9 = 0x1.507834p-13f;
+  constexpr float kC2 = -0x1.3bd3ccp+0f, kC4 = 0x1.03c1f0p-2f, kC6 = -0x1.55d3c8p-6f;
+  constexpr float kC8 = 0x1.e1f506p-11f, kC10 = -0x1.a6d1f2p-16f;
+  const uint32_t q = (w + 0x20000000u) >> 30;  // wraps to 0 past 3.5 quarter turns: mod 4
+  const int32_t d = static_cast<int32_t>(w - (q << 30));
+  const uint32_t a = static_cast<uint32_t>(d < 0 ? -d : d);  // <= 2^29
+  const int low_bits = bit_width(a) > 12 ? bit_width(a) - 12 : 0;
+  const uint32_t a_hi = (a >> low_bits) << low_bits;
+  const float r_hi = mul(from_uint(a_hi), 0x1p-30f);               // exact: 12 bits
+  const float r_lo = mul(from_uint(a - a_hi), 0x1p-30f);           // exact: < 2^18
+  const float r = mul(from_uint(a), 0x1p-30f);                     // rounded once
+  const float r2 = add(mul(r_hi, r_hi), mul(r_lo, add(r_hi, r)));  // r^2 = r_hi^2 + r_lo(r_hi + r)
+  const float sin_tail =
+      mul(mul(r, r2), add(kS3, mul(r2, add(kS5, mul(r2, add(kS7, mul(r2, kS9)))))));
+  const float sin_abs = add(mul(kS1Hi, r_hi), add(add(mul(kS1Hi, r_lo), mul(kS1Lo, r)), sin_tail));
+  const float sin_t = d < 0 ? -sin_abs : sin_abs;
+  // cos t = 1 + kC2 r^2 + r^4 (...): the rounding error of 1 + kC2 r^2 is recovered exactly
+  // (Fast2Sum, as |kC2 r^2| < 1) and added back with the small terms.
+  const float c2r2 = mul(kC2, r2);
+  const float cos_head = add(1.0f, c2r2);
+  const float cos_err = sub(c2r2, sub(cos_head, 1.0f));
+  const float cos_tail =
+      mul(mul(r2, r2), add(kC4, mul(r2, add(kC6, mul(r2, add(kC8, mul(r2, kC10)))))));
+  const float cos_t = add(cos_head, add(cos_err, cos_tail));
+  // A quarter turn maps (sin, cos) to (cos, -sin).
+  const bool swap = (q & 1u) != 0;
+  const float s = swap ? cos_t : sin_t, c = swap ? sin_t : cos_t;
+  sin_out = (q & 2u) ? -s : s;
+  cos_out = ((q + 1u) & 2u) ? -c : c;
+}
+
+}  // namespace f32
+
+// The float Box-Muller pair of counter `offset + pair`: u1 = float(w0 | 1) * 2^-32 in (0, 1]
+// (never 0, so |z| <= sqrt(64 ln 2) ~ 6.66, like curand), angle 2*pi*w1/2^32; even element:
+// radius * cos, odd: radius * sin. Words 2 and 3 are unused; the offset accounting
+// (counters_for) is that of every other draw. A different stream from the float64 draw.
+EMBER_HD void normal_pair_f32(uint64_t seed, uint64_t offset, uint64_t pair, float& even,
+                              float& odd) {
+  const U32x4 b = philox4x32_10(offset + pair, seed);
+  const float u1 = f32::mul(f32::from_uint(b.v[0] | 1u), 0x1p-32f);
+  const float radius = f32::sqrt(f32::mul(-2.0f, f32::log(u1)));
+  float s, c;
+  f32::sincos_turn(b.v[1], s, c);
+  even = f32::mul(radius, c);
+  odd = f32::mul(radius, s);
+}
+EMBER_HD float normal_f32(uint64_t seed, uint64_t offset, uint64_t i) {
+  float even, odd;
+  normal_pair_f32(seed, offset, i / 2, even, odd);
+  return (i & 1) ? odd : even;
 }
 
 // Integer in [lo, hi) (hi > lo). The modulo bias is below 2^-32 for ranges under 2^32.

@@ -1,5 +1,7 @@
 // CPU random draws and arange. Both devices compute element i from the same closed-form
-// definitions (core/philox.h), so CPU and CUDA draws are identical.
+// definitions (core/philox.h), so CPU and CUDA draws are identical (float64 randn within an ulp:
+// it uses the platform's double log/sin/cos). This file is compiled with -ffp-contract=off
+// (CMakeLists.txt) so the float randn's IEEE operations are never fused into FMAs.
 #include <cmath>
 #include <type_traits>
 
@@ -50,8 +52,17 @@ void random(const KernelCall& c) {
       if (c.op == OpId::rand) {
         for (int64_t i = 0; i < n; ++i)
           out[i] = to_storage<T>(std::min(philox::uniform(a.seed, a.offset, i), below_one<T>()));
+      } else if constexpr (std::is_same_v<T, double>) {
+        for (int64_t i = 0; i < n; ++i) out[i] = philox::normal(a.seed, a.offset, i);
       } else {
-        for (int64_t i = 0; i < n; ++i) out[i] = to_storage<T>(philox::normal(a.seed, a.offset, i));
+        // float32 and the 16-bit types: the float draw (bit-identical to CUDA's), one pair per
+        // Philox call, rounded from float to T.
+        for (int64_t p = 0; 2 * p < n; ++p) {
+          float even, odd;
+          philox::normal_pair_f32(a.seed, a.offset, static_cast<uint64_t>(p), even, odd);
+          out[2 * p] = T(even);
+          if (2 * p + 1 < n) out[2 * p + 1] = T(odd);
+        }
       }
     } else {
       EMBER_FAIL(op_name(c.op), ": dtype ", dtype_name(c.out.dtype()), " is not supported");

@@ -1,6 +1,7 @@
 // rand / randn / randint on CUDA: element i of the output is the closed-form draw of
 // core/philox.h for (attrs.seed, attrs.offset, i), converted exactly as the CPU kernel
-// (kernels/cpu/random.cpp) converts it, so both devices yield the same numbers.
+// (kernels/cpu/random.cpp) converts it, so both devices yield the same numbers (bit for bit,
+// except float64 randn, which uses CUDA's double log/sin/cos and agrees within an ulp).
 #include <cstdint>
 #include <type_traits>
 
@@ -34,12 +35,21 @@ constexpr double below_one() {
     return 0.99999999999999989;  // 1 - 2^-53
 }
 
+// The type a draw is computed in before it is converted to S: normals for float32, float16 and
+// bfloat16 are the float draw (philox::normal_pair_f32, bit-identical to the CPU's), everything
+// else double.
+template <Draw D, class S>
+using draw_t = std::conditional_t<D == Draw::Normal && !std::is_same_v<S, double>, float, double>;
+
 // Draw D for both elements of pair p (2p and 2p + 1), which share one Philox call.
 template <Draw D, class S>
 __device__ __forceinline__ void draw_pair(uint64_t seed, uint64_t offset, uint64_t p, int64_t lo,
-                                          int64_t hi, double& even, double& odd) {
+                                          int64_t hi, draw_t<D, S>& even, draw_t<D, S>& odd) {
   if constexpr (D == Draw::Normal) {
-    philox::normal_pair(seed, offset, p, even, odd);
+    if constexpr (std::is_same_v<S, double>)
+      philox::normal_pair(seed, offset, p, even, odd);
+    else
+      philox::normal_pair_f32(seed, offset, p, even, odd);
   } else {
     const philox::Bits64Pair b = philox::bits64_pair(seed, offset, p);
     if constexpr (D == Draw::Uniform) {
@@ -56,8 +66,9 @@ __device__ __forceinline__ void draw_pair(uint64_t seed, uint64_t offset, uint64
 
 // One thread per pair of elements: the pair's Philox call (and, for normals, its logarithm and
 // square root) is done once instead of once per element, which halves randn's time (77 -> 40
-// us for [8192, 784] on the H200, bench/experiments/randn_variants.cu); the values are those of
-// the per-element formulas in core/philox.h, bit for bit.
+// us for [8192, 784] float32 on the H200 with the double draw, bench/experiments/
+// randn_variants.cu); the values are those of the per-element formulas in core/philox.h, bit
+// for bit.
 template <Draw D, class S>
 __global__ void __launch_bounds__(kThreads)
     random_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, const uint64_t* state,
@@ -70,7 +81,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
        p += step) {
-    double even, odd;
+    draw_t<D, S> even, odd;
     draw_pair<D, S>(seed, offset, static_cast<uint64_t>(p), lo, hi, even, odd);
     out[2 * p] = ew::convert<S>(even);
     if (2 * p + 1 < n) out[2 * p + 1] = ew::convert<S>(odd);
@@ -82,8 +93,7 @@ void launch(const KernelCall& call, int64_t lo, int64_t hi) {
   const Tensor& out = call.out;
   const int dev = out.device().index;
   const int64_t n = out.numel();
-  random_kernel<D, S><<<grid_stride_blocks((n + 1) / 2, kThreads, dev), kThreads, 0,
-                          stream(dev)>>>(
+  random_kernel<D, S><<<grid_stride_blocks((n + 1) / 2, kThreads, dev), kThreads, 0, stream(dev)>>>(
       static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset, call.attrs.rng_state,
       lo, hi);
   check_launch(op_name(call.op).data());
