@@ -40,6 +40,13 @@ void begin_capture(int device);
 GraphPtr end_capture(int device);  // also ends a capture that failed, then throws
 void launch_graph(Graph& graph, int device);
 int64_t graph_node_count(const Graph& graph);
+// Copies inside a graph whose ends change from replay to replay (a replay's arguments in, its
+// returned tensors out): capture_copy queues a device-to-device copy during a capture and
+// returns its index in the graph end_capture makes; set_graph_copy points that copy at other
+// memory of the same size for the following launches (launches already queued keep theirs).
+// No stream operation of its own per replay, and the copies run as graph nodes. n > 0.
+int capture_copy(void* dst, const void* src, size_t n, int device);
+void set_graph_copy(Graph& graph, int index, void* dst, const void* src, size_t n);
 
 // Device time of each part of a queued sequence, for profiles (EMBER_LOGS=perf). hold() queues
 // a kernel that keeps the stream busy for `ms`, so what is queued behind it runs back to back

@@ -417,7 +417,7 @@ void Executor::allocate_arenas() {
 void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
   if (!arenas_allocated_) allocate_arenas();
   if (graph_ok_ && (graph_ || plain_replays_ >= 1)) {
-    if (!graph_) capture_graph();
+    if (!graph_) capture_graph(args);
     if (graph_) {
       replay_graph(args, outputs);
       return;
@@ -470,7 +470,7 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
     for (ValueId v : members) slots_[v]->storage.reset();
 }
 
-void Executor::capture_graph() {
+void Executor::capture_graph(std::span<const Tensor> args) {
   const int dev = graph_device_;
   // Fixed memory for what changes per call: arguments and returned tensors.
   static_inputs_.assign(input_members_.size(), nullptr);
@@ -498,9 +498,34 @@ void Executor::capture_graph() {
         s.attrs.offset = s.rng_delta;
       }
   }
+  // Returned fresh buffers, copied out at the end of each replay into memory of the call's own.
+  std::vector<bool> returned(fresh_roots_.size(), false);
+  for (ValueId o : g_.outputs)
+    for (size_t f = 0; f < fresh_roots_.size(); ++f)
+      returned[f] = returned[f] || fresh_roots_[f] == g_.values[o].root;
+  input_copy_.assign(static_inputs_.size(), -1);
+  output_copy_.assign(static_fresh_.size(), -1);
+  // Where the output copies point at capture (allocated before it: a capture may not allocate);
+  // every replay sets their destination before it launches.
+  std::vector<StoragePtr> placeholders(static_fresh_.size());
+  for (size_t f = 0; f < static_fresh_.size(); ++f)
+    if (returned[f] && static_fresh_[f]->nbytes > 0) {
+      const Value& r = g_.values[fresh_roots_[f]];
+      placeholders[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
+    }
   cuda::begin_capture(dev);
   try {
+    // The argument copies are the graph's first nodes and the output copies its last, so a
+    // replay queues one launch; replay_graph points them at the call's memory.
+    for (size_t a = 0; a < static_inputs_.size(); ++a)
+      if (static_inputs_[a] && args[a].nbytes() > 0)
+        input_copy_[a] = cuda::capture_copy(static_inputs_[a]->data, args[a].raw_data(),
+                                            static_cast<size_t>(args[a].nbytes()), dev);
     run_steps(true);
+    for (size_t f = 0; f < static_fresh_.size(); ++f)
+      if (placeholders[f])
+        output_copy_[f] = cuda::capture_copy(placeholders[f]->data, static_fresh_[f]->data,
+                                             static_fresh_[f]->nbytes, dev);
   } catch (...) {
     try {
       (void)cuda::end_capture(dev);
@@ -517,30 +542,36 @@ void Executor::capture_graph() {
 void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
   const int dev = graph_device_;
   for (size_t a = 0; a < static_inputs_.size(); ++a)
-    if (static_inputs_[a])
-      cuda::copy_device_to_device(static_inputs_[a]->data, args[a].raw_data(),
-                                  static_cast<size_t>(args[a].nbytes()), dev);
+    if (input_copy_[a] >= 0)
+      cuda::set_graph_copy(*graph_, input_copy_[a], static_inputs_[a]->data, args[a].raw_data(),
+                           static_cast<size_t>(args[a].nbytes()));
   if (rng_counters_ > 0) {
     Generator& gen = default_generator();
     const uint64_t state[2] = {gen.seed(), gen.advance(rng_counters_)};
     cuda::copy_host_to_device(rng_state_.raw_data(), state, sizeof state, dev);
   }
-  cuda::launch_graph(*graph_, dev);
-  apply_effects();
-  // Returned tensors: a fresh copy of the static buffers, so no later replay overwrites them.
-  outputs.clear();
+  // Returned tensors: memory of their own each call, filled by the graph's last copies, so no
+  // later replay overwrites them.
   std::vector<StoragePtr>& copies = out_copies_;
   copies.assign(static_fresh_.size(), nullptr);  // sized at capture: no allocation here
+  for (size_t f = 0; f < static_fresh_.size(); ++f) {
+    if (output_copy_[f] < 0) continue;
+    const Value& rv = g_.values[fresh_roots_[f]];
+    copies[f] = make_empty(rv.shape, rv.dtype, rv.device).impl()->storage;
+    cuda::set_graph_copy(*graph_, output_copy_[f], copies[f]->data, static_fresh_[f]->data,
+                         static_fresh_[f]->nbytes);
+  }
+  cuda::launch_graph(*graph_, dev);
+  apply_effects();
+  outputs.clear();
   for (ValueId o : g_.outputs) {
     const ValueId r = g_.values[o].root;
     Tensor t = Tensor(slots_[o]).detach();
     for (size_t f = 0; f < fresh_roots_.size(); ++f) {
       if (fresh_roots_[f] != r) continue;
-      if (!copies[f]) {
+      if (!copies[f]) {  // an empty buffer: nothing to copy
         const Value& rv = g_.values[r];
         copies[f] = make_empty(rv.shape, rv.dtype, rv.device).impl()->storage;
-        cuda::copy_device_to_device(copies[f]->data, static_fresh_[f]->data,
-                                    static_fresh_[f]->nbytes, dev);
       }
       t.impl()->storage = copies[f];
     }

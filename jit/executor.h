@@ -71,7 +71,7 @@ class Executor {
   void run_steps(bool capturing, cuda::Timeline* timeline = nullptr);
   void run_steps_profiled(int device);
   std::string step_name(const Step& s) const;
-  void capture_graph();
+  void capture_graph(std::span<const Tensor> args);
   void replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs);
   void apply_effects();
   void drop_replaced_grads();
@@ -114,6 +114,10 @@ class Executor {
   int graph_device_ = 0;
   cuda::GraphPtr graph_;
   std::vector<StoragePtr> static_inputs_;
+  // The graph's copy of each argument in, and of each returned fresh buffer out (index from
+  // cuda::capture_copy; -1: none, the buffer is empty or not returned).
+  std::vector<int> input_copy_;
+  std::vector<int> output_copy_;
   std::vector<StoragePtr> static_fresh_;
   std::vector<StoragePtr> out_copies_;
   Tensor rng_state_;
