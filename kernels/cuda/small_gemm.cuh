@@ -193,4 +193,95 @@ __global__ void __launch_bounds__(32 * kSmallNWarps)
   }
 }
 
+// SmallK, float32 as small_k_gemm_vec4_kernel, for many rows: a 128-thread block covers 128
+// column quads (blockIdx.x) of kSmallKRows rows (blockIdx.y); each thread loads its quad of B's
+// K rows once into registers and walks the rows, where the grid-stride kernel reloads B for every
+// output quad. The same FMA chain per output (k = 0..K-1), so the same bits. H200, [8192,10] x
+// [10,512] back to back (bench/experiments/small_gemm_variants.cu): 11.0 -> 7.8 us; no gain at
+// 1024 rows and below.
+inline constexpr int kSmallKRows = 8;
+inline constexpr int kSmallKRowsThreads = 128;
+template <int kK>
+__global__ void __launch_bounds__(kSmallKRowsThreads)
+    small_k_gemm_rows_kernel(SmallGemmArgs<float> p) {
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * kSmallKRowsThreads + threadIdx.x;
+  if (q >= p.n / 4) return;
+  float4 w[kK > 0 ? kK : 1];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) w[k] = *reinterpret_cast<const float4*>(p.b + q * 4 + k * p.b_rs);
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kSmallKRows;
+  const int64_t j = q * 4;
+#pragma unroll 2
+  for (int r = 0; r < kSmallKRows; ++r) {
+    const int64_t i = i0 + r;
+    if (i >= p.m) break;
+    const float* __restrict__ ar = p.a + i * p.a_rs;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      const float x = ar[k * p.a_cs];
+      acc.x = fmaf(x, w[k].x, acc.x);
+      acc.y = fmaf(x, w[k].y, acc.y);
+      acc.z = fmaf(x, w[k].z, acc.z);
+      acc.w = fmaf(x, w[k].w, acc.w);
+    }
+    float4 out;
+    out.x = small_gemm_epilogue(acc.x, p.bias, j, p.relu);
+    out.y = small_gemm_epilogue(acc.y, p.bias, j + 1, p.relu);
+    out.z = small_gemm_epilogue(acc.z, p.bias, j + 2, p.relu);
+    out.w = small_gemm_epilogue(acc.w, p.bias, j + 3, p.relu);
+    *reinterpret_cast<float4*>(p.d + i * p.ld_d + j) = out;
+  }
+}
+
+// SmallN, float32 as small_n_gemm_vec4_kernel, for many rows: a warp folds kSmallNRows rows at
+// once, so each float4 of B serves all of them. Every row's quads and butterfly are those of the
+// one-row kernel, so the same bits. H200, [8192,512] x [512,10] back to back: 12.3 -> 9.3 us;
+// slower than one row per warp at 1024 rows and below.
+inline constexpr int kSmallNRows = 4;
+template <int kN>
+__global__ void __launch_bounds__(32 * kSmallNWarps)
+    small_n_gemm_rows_kernel(SmallGemmArgs<float> p) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kSmallNWarps;
+  const int quads = static_cast<int>(p.k / 4);
+  const float4* __restrict__ bcol[kN];
+#pragma unroll
+  for (int c = 0; c < kN; ++c) bcol[c] = reinterpret_cast<const float4*>(p.b + c * p.b_cs);
+  for (int64_t i0 = (static_cast<int64_t>(blockIdx.x) * kSmallNWarps + (threadIdx.x >> 5)) *
+                    kSmallNRows;
+       i0 < p.m; i0 += warps * kSmallNRows) {
+    float acc[kSmallNRows][kN];
+    const float4* __restrict__ ar[kSmallNRows];
+#pragma unroll
+    for (int r = 0; r < kSmallNRows; ++r) {
+#pragma unroll
+      for (int c = 0; c < kN; ++c) acc[r][c] = 0.f;
+      // Rows past the end read the last row (in bounds) and are never written.
+      const int64_t i = i0 + r < p.m ? i0 + r : p.m - 1;
+      ar[r] = reinterpret_cast<const float4*>(p.a + i * p.a_rs);
+    }
+#pragma unroll 2
+    for (int q = lane; q < quads; q += 32) {
+      float4 x[kSmallNRows];
+#pragma unroll
+      for (int r = 0; r < kSmallNRows; ++r) x[r] = ar[r][q];
+#pragma unroll
+      for (int c = 0; c < kN; ++c) {
+        const float4 w = bcol[c][q];
+#pragma unroll
+        for (int r = 0; r < kSmallNRows; ++r) {
+          acc[r][c] = fmaf(x[r].x, w.x, acc[r][c]);
+          acc[r][c] = fmaf(x[r].y, w.y, acc[r][c]);
+          acc[r][c] = fmaf(x[r].z, w.z, acc[r][c]);
+          acc[r][c] = fmaf(x[r].w, w.w, acc[r][c]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kSmallNRows; ++r)
+      if (i0 + r < p.m) small_n_finish(p, i0 + r, lane, acc[r]);
+  }
+}
+
 }  // namespace ember::kernels::cuda::dev

@@ -448,4 +448,34 @@ TEST_CASE("lower_gemm_cuda runs a small Linear as the small kernel, equal to eag
       }
 }
 
+TEST_CASE("small GEMMs: rows give the same bits whatever the batch (kernel chosen by M)",
+          "[kernels][cuda]") {
+  // From 4096 rows the SmallK and SmallN float32 kernels walk several rows per thread or warp;
+  // each output keeps its order of summation, so a row's result must not depend on how many
+  // rows the product has. Reference: the same rows as a product of 1000 rows (one row per
+  // thread or warp), compared bit for bit.
+  EMBER_REQUIRE_CUDA();
+  manual_seed(77);
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  const Tensor w2 = randn({10, 512}, dev), b2 = randn({512}, dev);
+  for (int64_t m : {4096, 8192, 8195}) {
+    INFO("rows " << m);
+    // SmallK (dA = dO x W2) and SmallN (h x W2^T), plain and with the BIAS / RELU_BIAS epilogue.
+    const Tensor d_o = randn({m, 10}, dev), h = randn({m, 512}, dev);
+    const Tensor head_do = d_o.narrow(0, 0, 1000).contiguous();
+    const Tensor head_h = h.narrow(0, 0, 1000).contiguous();
+    check_bits(mm(d_o, w2).narrow(0, 0, 1000), mm(head_do, w2), "small-K");
+    check_bits(relu(add(mm(d_o, w2), b2)).narrow(0, 0, 1000), relu(add(mm(head_do, w2), b2)),
+               "small-K, bias and relu (eager)");
+    check_bits(mm(h, w2.t()).narrow(0, 0, 1000), mm(head_h, w2.t()), "small-N");
+    // The last rows too (a partial group of rows at 8195).
+    const Tensor tail_h = h.narrow(0, m - 3, 3).contiguous();
+    check_bits(mm(h, w2.t()).narrow(0, m - 3, 3), mm(tail_h, w2.t()), "small-N, last rows");
+    const Tensor tail_do = d_o.narrow(0, m - 3, 3).contiguous();
+    check_bits(mm(d_o, w2).narrow(0, m - 3, 3), mm(tail_do, w2), "small-K, last rows");
+  }
+}
+
 #endif  // EMBER_WITH_CUDA
+
