@@ -1,6 +1,7 @@
 #include "kernels/cuda/runtime.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -13,6 +14,7 @@ namespace {
 constexpr int kMaxDevices = 64;
 // cuBLAS asks for 32 MiB of workspace on Hopper to reach its best kernels.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kReadbackBytes = 4096;
 
 struct DeviceState {
   std::once_flag stream_once, blas_once, blaslt_once, workspace_once;
@@ -24,6 +26,10 @@ struct DeviceState {
   cublasLtHandle_t blaslt = nullptr;
   Workspace workspace;
   FinishScratch finish;
+  // Pinned host memory for small device-to-host reads (item(), a loss): the DMA writes it
+  // directly, where a read into pageable memory goes through the driver's staging copy.
+  void* readback = nullptr;
+  std::mutex readback_mu;
 };
 
 struct Runtime {
@@ -64,6 +70,7 @@ DeviceState& ready(int dev) {
     void* device = nullptr;
     EMBER_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
     s.error_device = static_cast<DeviceErrorFlag*>(device);
+    EMBER_CUDA_CHECK(cudaHostAlloc(&s.readback, kReadbackBytes, cudaHostAllocPortable));
     // Here with the stream, not on first use: the first use may be inside a CUDA-graph capture,
     // where allocating and zeroing would break the capture.
     FinishScratch& f = s.finish;
@@ -239,8 +246,17 @@ void copy_device_to_host(void* dst, const void* src, size_t n, int device) {
   kc::check_device(device, "cuda::copy_device_to_host");
   kc::DeviceGuard g(device);
   cudaStream_t s = kc::stream(device);
-  if (n) EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+  kc::DeviceState& st = kc::state(device);  // ready: stream() set it up
+  if (n > 0 && n <= kc::kReadbackBytes && st.readback != nullptr) {
+    // Small reads through the pinned buffer (item(), a loss): see DeviceState::readback.
+    std::lock_guard<std::mutex> lock(st.readback_mu);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(st.readback, src, n, cudaMemcpyDeviceToHost, s));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::memcpy(dst, st.readback, n);
+  } else {
+    if (n) EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
   // The data may be the result of a kernel that met bad input: report that instead.
   kc::check_device_error(device);
 }
