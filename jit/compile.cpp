@@ -157,6 +157,9 @@ struct CompiledCore::Impl {
   Entry* last = nullptr;
   bool over_limit = false;
   std::string last_graph;
+  // Every executable of this function keeps its intermediates in the same arenas (its calls
+  // run one at a time): one per batch size would multiply the memory (jit/executor.h).
+  std::shared_ptr<ArenaPool> arena_pool = std::make_shared<ArenaPool>();
 
   // ReduceOverhead and MaxAutotune replay CUDA executables as CUDA graphs.
   // MaxAutotune also times GEMM algorithms per call site (a process-wide switch the GEMM
@@ -164,6 +167,7 @@ struct CompiledCore::Impl {
   ExecutorOptions executor_options() const {
     ExecutorOptions o;
     o.cuda_graph = options.mode != Mode::Default;
+    o.arena_pool = arena_pool;
     set_gemm_autotune(options.mode == Mode::MaxAutotune);
     return o;
   }

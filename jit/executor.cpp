@@ -108,8 +108,12 @@ void Executor::build_slots() {
   slots_.assign(nv, nullptr);
   // Empty storages for now, shared by the slots that live in them: allocate_arenas() gives them
   // memory at the first replay.
-  for (const MemoryPlan::Arena& a : plan_.arenas) {
-    arenas_.push_back(std::make_shared<Storage>(size_t{0}, a.device, allocator_for(a.device)));
+  pool_ = options_.arena_pool;
+  for (size_t k = 0; k < plan_.arenas.size(); ++k) {
+    const MemoryPlan::Arena& a = plan_.arenas[k];
+    arenas_.push_back(pool_ ? pool_->storage(k, a.device)
+                            : std::make_shared<Storage>(size_t{0}, a.device,
+                                                        allocator_for(a.device)));
     arena_bytes_.push_back(static_cast<size_t>(std::max<int64_t>(a.bytes, 1)));
     stats_.arena_bytes += a.bytes;
   }
@@ -407,6 +411,10 @@ void Executor::drop_replaced_grads() {
 void Executor::allocate_arenas() {
   drop_replaced_grads();
   for (size_t k = 0; k < arenas_.size(); ++k) {
+    if (pool_) {
+      pool_->reserve(k, plan_.arenas[k].device, arena_bytes_[k]);
+      continue;
+    }
     Storage& s = *arenas_[k];
     s.data = s.allocator->allocate(arena_bytes_[k]);
     s.nbytes = arena_bytes_[k];
@@ -414,8 +422,31 @@ void Executor::allocate_arenas() {
   arenas_allocated_ = true;
 }
 
+StoragePtr ArenaPool::storage(size_t index, Device device) {
+  for (const Slot& s : slots_)
+    if (s.index == index && s.device == device) return s.storage;
+  slots_.push_back({index, device, std::make_shared<Storage>(size_t{0}, device,
+                                                             allocator_for(device))});
+  return slots_.back().storage;
+}
+
+void ArenaPool::reserve(size_t index, Device device, size_t bytes) {
+  Storage& s = *storage(index, device);
+  if (s.nbytes >= bytes) return;
+  // Free before allocating: the old bytes are dead (calls run one at a time, and on a device
+  // the caching allocator hands memory back in stream order), so the two never coexist.
+  if (s.data) s.allocator->deallocate(s.data, s.nbytes);
+  s.data = nullptr;
+  s.nbytes = 0;
+  s.data = s.allocator->allocate(bytes);
+  s.nbytes = bytes;
+  ++generation_;
+}
+
 void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
   if (!arenas_allocated_) allocate_arenas();
+  // Another executable grew the shared arenas since this graph was captured: capture again.
+  if (graph_ && pool_ && pool_->generation() != captured_generation_) graph_.reset();
   if (graph_ok_ && (graph_ || plain_replays_ >= 1)) {
     if (!graph_) capture_graph(args);
     if (graph_) {
@@ -537,6 +568,7 @@ void Executor::capture_graph(std::span<const Tensor> args) {
   }
   graph_ = cuda::end_capture(dev);
   stats_.graph_nodes = cuda::graph_node_count(*graph_);
+  if (pool_) captured_generation_ = pool_->generation();
 }
 
 void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs) {

@@ -16,10 +16,37 @@ namespace ember::jit {
 class CpuGroupRunner;  // jit/cpu_group.h
 class LoweredGroup;    // jit/lower.h
 
+// The arenas of the executables of one compiled function, shared: its calls run one at a time,
+// so the executable of one signature (a batch size) can keep its intermediates in the same
+// bytes as another's. Without sharing, a function that serves four batch sizes held four
+// arenas (dynamic shapes at batch 8192: 2.2x eager's peak, bench/NOTES.md). Arena k of every
+// executable on a device is the same Storage object, grown when a plan needs more: the slots
+// read its data pointer at run time, and a captured CUDA graph, which holds the old pointer, is
+// captured again (generation() tells an executor the memory moved).
+class ArenaPool {
+ public:
+  // The shared storage of arena `index` on `device` (empty until reserve()).
+  StoragePtr storage(size_t index, Device device);
+  // Makes that storage at least `bytes` long; a larger one replaces the old memory.
+  void reserve(size_t index, Device device, size_t bytes);
+  uint64_t generation() const { return generation_; }
+
+ private:
+  struct Slot {
+    size_t index;
+    Device device;
+    StoragePtr storage;
+  };
+  std::vector<Slot> slots_;
+  uint64_t generation_ = 0;
+};
+
 struct ExecutorOptions {
   // CUDA: capture the replay as a CUDA graph (after one plain replay warmed the libraries up)
   // and launch that graph from then on. Ignored where capture cannot work (see graph_note()).
   bool cuda_graph = false;
+  // Shared with the other executables of the same compiled function; null: arenas of its own.
+  std::shared_ptr<ArenaPool> arena_pool;
 };
 
 struct ExecutorStats {
@@ -87,6 +114,8 @@ class Executor {
   std::vector<StoragePtr> arenas_;
   std::vector<size_t> arena_bytes_;
   bool arenas_allocated_ = false;
+  std::shared_ptr<ArenaPool> pool_;
+  uint64_t captured_generation_ = 0;  // the pool's generation when graph_ was captured
   std::vector<Step> steps_;
   std::vector<std::unique_ptr<CpuGroupRunner>> cpu_groups_;
   // Per group (CUDA; null: op by op), then one per standalone GEMM (its group in solo_groups_).

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "test_util.h"
+
 using namespace ember;
 
 namespace {
@@ -78,4 +80,66 @@ TEST_CASE("jit: dynamic auto specializes, then marks a changed dim symbolic", "[
   // One trace at the new size generalizes against the specialized one; later sizes replay.
   CHECK(f.stats().traces == traces + 1);
   CHECK(f.stats().replays >= 5);
+}
+
+namespace {
+
+// Trains two copies of Net on the same batches, one eagerly and one compiled with `opts`, over
+// batch sizes that grow and shrink, so an executable runs again after another one grew the
+// arenas they share (jit/executor.h, ArenaPool). Returns the compiled function's stats.
+jit::CompileStats train_cycle(Device dev, jit::Options opts, const std::vector<int64_t>& sizes) {
+  manual_seed(8);
+  Net a, b;
+  a->to(dev);
+  b->to(dev);
+  {
+    NoGradGuard g;
+    auto pa = a->parameters(), pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+  }
+  optim::SGD oa(a->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  optim::SGD ob(b->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  nn::CrossEntropyLoss ca, cb;
+  auto step = [](Net& m, optim::SGD& o, nn::CrossEntropyLoss& c, const Tensor& x, const Tensor& y) {
+    o.zero_grad();
+    Tensor loss = c(m(x), y);
+    loss.backward();
+    o.step();
+    return loss;
+  };
+  auto compiled =
+      jit::compile([&](const Tensor& x, const Tensor& y) { return step(a, oa, ca, x, y); }, opts);
+  for (int round = 0; round < 3; ++round)
+    for (int64_t n : sizes) {
+      const Tensor x = randn({n, 12}, dev), y = randint(0, 4, {n}, dev);
+      const Tensor got = compiled(x, y);
+      const Tensor want = step(b, ob, cb, x, y);
+      INFO("round " << round << ", batch " << n);
+      CHECK(max_rel(got.cpu(), want.cpu()) < 1e-5);
+    }
+  auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(max_rel(pa[i].cpu(), pb[i].cpu()) < 1e-4);
+  return compiled.stats();
+}
+
+const std::vector<int64_t> kGrowShrink = {16, 64, 8, 64, 128, 16, 8, 128, 32, 200, 16};
+
+}  // namespace
+
+TEST_CASE("jit: executables of one function share their arenas, growing and shrinking", "[jit]") {
+  // dynamic=true: one template, an executable per batch size, all in one set of arenas.
+  const jit::CompileStats dyn = train_cycle(Device::cpu(), {.dynamic = true}, kGrowShrink);
+  CHECK(dyn.replays > 20);
+  // Specialized: an executable per signature (traced three times each), the same arenas.
+  const jit::CompileStats spec =
+      train_cycle(Device::cpu(), {.dynamic = false, .recompile_limit = 16}, kGrowShrink);
+  CHECK(spec.executables >= 4);
+  CHECK(spec.replays > 10);
+}
+
+TEST_CASE("jit: CUDA graphs are captured again when a shared arena grows", "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const jit::CompileStats st = train_cycle(
+      Device::cuda(0), {.mode = jit::Mode::ReduceOverhead, .dynamic = true}, kGrowShrink);
+  CHECK(st.graph_replays > 10);
 }

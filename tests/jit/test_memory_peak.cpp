@@ -6,6 +6,7 @@
 // arguments (a CUDA graph reads fixed addresses), so they may exceed eager by the arguments'
 // bytes and no more (bench/NOTES.md).
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,8 @@ EMBER_MODULE(PeakNet);
 
 // The high-water mark of allocated device memory over `steps` training steps from a fresh model
 // (created before the mark is reset, as a user's model exists before training), and the losses.
-int64_t peak_of_training(int64_t batch, bool compiled, jit::Mode mode, std::vector<float>* losses) {
+int64_t peak_of_training(const std::vector<int64_t>& batches, bool compiled, jit::Mode mode,
+                         std::vector<float>* losses, std::optional<bool> dynamic = std::nullopt) {
   const Device dev = Device::cuda(0);
   manual_seed(5);
   PeakNet net;
@@ -49,11 +51,12 @@ int64_t peak_of_training(int64_t batch, bool compiled, jit::Mode mode, std::vect
     opt.step();
     return loss;
   };
-  auto step = jit::compile(body, {.mode = mode, .fullgraph = true});
+  auto step = jit::compile(body, {.mode = mode, .fullgraph = true, .dynamic = dynamic});
   cuda::synchronize(0);
   cuda::reset_peak_memory_stats(0);
   manual_seed(6);
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 8 * static_cast<int>(batches.size()); ++i) {
+    const int64_t batch = batches[static_cast<size_t>(i) % batches.size()];
     const Tensor x = randn({batch, 784}, dev), y = randint(0, 10, {batch}, dev);
     losses->push_back((compiled ? step(x, y) : body(x, y)).item<float>());
   }
@@ -72,10 +75,10 @@ TEST_CASE("jit: a compiled training step peaks at eager's; a graph mode by its a
     INFO("batch " << batch);
     const int64_t arg_bytes = batch * 784 * 4 + batch * 8;  // x (float32) and y (int64)
     std::vector<float> eager_losses, compiled_losses, graph_losses;
-    const int64_t eager = peak_of_training(batch, false, jit::Mode::Default, &eager_losses);
-    const int64_t compiled = peak_of_training(batch, true, jit::Mode::Default, &compiled_losses);
+    const int64_t eager = peak_of_training({batch}, false, jit::Mode::Default, &eager_losses);
+    const int64_t compiled = peak_of_training({batch}, true, jit::Mode::Default, &compiled_losses);
     const int64_t graph =
-        peak_of_training(batch, true, jit::Mode::ReduceOverhead, &graph_losses);
+        peak_of_training({batch}, true, jit::Mode::ReduceOverhead, &graph_losses);
     INFO("peak bytes: eager " << eager << ", compiled " << compiled << ", reduce-overhead "
                               << graph);
     CHECK(compiled <= eager);
@@ -85,6 +88,29 @@ TEST_CASE("jit: a compiled training step peaks at eager's; a graph mode by its a
     for (size_t i = 0; i < eager_losses.size(); ++i) {
       CHECK(std::abs(compiled_losses[i] - eager_losses[i]) <= 1e-5 * std::abs(eager_losses[i]));
       CHECK(std::abs(graph_losses[i] - eager_losses[i]) <= 1e-5 * std::abs(eager_losses[i]));
+    }
+  }
+}
+
+TEST_CASE("jit: a step compiled for changing batch sizes peaks at eager's over the same batches",
+          "[jit][cuda]") {
+  // ember_bench's dynamic schedule. Every batch size gets an executable of its own; they share
+  // one set of arenas (jit/executor.h, ArenaPool), so the peak is that of the largest batch.
+  EMBER_REQUIRE_CUDA();
+  for (int64_t b : {1024, 8192}) {
+    const std::vector<int64_t> batches = {b, 3 * b / 4, b / 2, 3 * b / 4 + 1};
+    INFO("batches from " << b);
+    for (std::optional<bool> dynamic : {std::optional<bool>(true), std::optional<bool>()}) {
+      INFO((dynamic ? "dynamic=true" : "dynamic auto"));
+      std::vector<float> eager_losses, compiled_losses;
+      const int64_t eager = peak_of_training(batches, false, jit::Mode::Default, &eager_losses);
+      const int64_t compiled =
+          peak_of_training(batches, true, jit::Mode::Default, &compiled_losses, dynamic);
+      INFO("peak bytes: eager " << eager << ", compiled " << compiled);
+      CHECK(compiled <= eager);
+      REQUIRE(compiled_losses.size() == eager_losses.size());
+      for (size_t i = 0; i < eager_losses.size(); ++i)
+        CHECK(std::abs(compiled_losses[i] - eager_losses[i]) <= 1e-5 * std::abs(eager_losses[i]));
     }
   }
 }
