@@ -68,7 +68,7 @@ int64_t peak_of_training(const std::vector<int64_t>& batches, bool compiled, jit
 
 }  // namespace
 
-TEST_CASE("jit: a compiled training step peaks at eager's; a graph mode by its arguments above",
+TEST_CASE("jit: a compiled training step peaks at eager's, a graph mode at most its arguments above",
           "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   for (int64_t batch : {64, 1024, 4096, 8192}) {
