@@ -111,9 +111,9 @@ void Executor::build_slots() {
   pool_ = options_.arena_pool;
   for (size_t k = 0; k < plan_.arenas.size(); ++k) {
     const MemoryPlan::Arena& a = plan_.arenas[k];
-    arenas_.push_back(pool_ ? pool_->storage(k, a.device)
-                            : std::make_shared<Storage>(size_t{0}, a.device,
-                                                        allocator_for(a.device)));
+    arenas_.push_back(
+        pool_ ? pool_->storage(k, a.device)
+              : std::make_shared<Storage>(size_t{0}, a.device, allocator_for(a.device)));
     arena_bytes_.push_back(static_cast<size_t>(std::max<int64_t>(a.bytes, 1)));
     stats_.arena_bytes += a.bytes;
   }
@@ -425,8 +425,8 @@ void Executor::allocate_arenas() {
 StoragePtr ArenaPool::storage(size_t index, Device device) {
   for (const Slot& s : slots_)
     if (s.index == index && s.device == device) return s.storage;
-  slots_.push_back({index, device, std::make_shared<Storage>(size_t{0}, device,
-                                                             allocator_for(device))});
+  slots_.push_back(
+      {index, device, std::make_shared<Storage>(size_t{0}, device, allocator_for(device))});
   return slots_.back().storage;
 }
 

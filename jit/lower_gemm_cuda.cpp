@@ -247,6 +247,7 @@ class LoweredGemm final : public LoweredGroup {
   }
 
   int32_t kernels() const override {
+    if (small_ == kc::SmallGemmKind::Thin) return 2;  // partial products, then their sum
     if (small_ != kc::SmallGemmKind::None) return 1;
     return fallback_ && m_.bias != kNoValue ? 2 : 1;
   }

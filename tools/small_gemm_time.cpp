@@ -65,9 +65,16 @@ int main() {
       c.d = d.raw_data();
       const auto small = [&] { kc::small_gemm(c); };
       const auto lt = [&] { kc::gemm_epilogue(c); };
-      std::printf("B=%-5lld %-20s %12.2f %12.2f %12.2f %12.2f\n", static_cast<long long>(b), p.name,
-                  us_per_call(small, 200), us_per_call(small, 1), us_per_call(lt, 200),
-                  us_per_call(lt, 1));
+      const double ts = us_per_call(small, 200), ts1 = us_per_call(small, 1);
+      const Tensor from_small = d.clone();
+      const double tl = us_per_call(lt, 200), tl1 = us_per_call(lt, 1);
+      // The two results against each other: the largest difference relative to the largest
+      // magnitude (both sum in float32, in different orders).
+      const double diff = max(abs(sub(from_small, d))).item<double>();
+      const double scale = max(abs(d)).item<double>();
+      std::printf("B=%-5lld %-20s %12.2f %12.2f %12.2f %12.2f   (%s; differ by %.1e of max)\n",
+                  static_cast<long long>(b), p.name, ts, ts1, tl, tl1,
+                  kc::small_gemm_name(kc::small_gemm_kind(kFloat32, c.a, c.b)), diff / scale);
     }
   }
   return 0;

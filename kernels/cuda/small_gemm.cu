@@ -134,6 +134,44 @@ void tiled(const dev::SmallGemmArgs<float>& p, int device, cudaStream_t s) {
   check_launch("small_gemm (tiled)");
 }
 
+// The Thin kernels' plan, a function of (M, N, K) and the workspace's size alone: slices of
+// about 64 k (at most 256), fewer if their partial products would not fit the workspace.
+struct ThinPlan {
+  int slices = 1;
+  int64_t slice = 0;
+};
+ThinPlan thin_plan(int64_t m, int64_t n, int64_t k, size_t workspace) {
+  const int64_t per_slice = m * n * static_cast<int64_t>(sizeof(float));
+  int64_t s = std::clamp<int64_t>(ceil_div(k, 64), 1, 256);
+  s = std::max<int64_t>(1, std::min<int64_t>(s, static_cast<int64_t>(workspace) / per_slice));
+  ThinPlan t;
+  t.slice = ceil_div(ceil_div(k, s), dev::kThinLanes) * dev::kThinLanes;
+  t.slices = static_cast<int>(ceil_div(k, t.slice));  // no empty slice
+  return t;
+}
+
+void thin(const dev::SmallGemmArgs<float>& p, int device, cudaStream_t s) {
+  const Workspace ws = cublas_workspace(device);
+  const ThinPlan t = thin_plan(p.m, p.n, p.k, ws.size);
+  auto* partial = static_cast<float*>(ws.ptr);
+  const bool vec = aligned16(p.b);  // the rule made N and B's row stride multiples of 4
+  const dim3 grid(static_cast<unsigned>(t.slices),
+                  static_cast<unsigned>(ceil_div(p.n / 4, dev::kThinQuads)));
+  const dim3 block(dev::kThinQuads, dev::kThinLanes);
+  with_constant<1, kThinGemmMaxM>(p.m, [&](auto mm) {
+    constexpr int kM = decltype(mm)::value;
+    if (vec) {
+      dev::thin_gemm_partial_kernel<kM, true><<<grid, block, 0, s>>>(p, t.slice, partial);
+    } else {
+      dev::thin_gemm_partial_kernel<kM, false><<<grid, block, 0, s>>>(p, t.slice, partial);
+    }
+  });
+  const int64_t warps = p.m * (p.n / 4);
+  dev::thin_gemm_finish_kernel<<<static_cast<unsigned>(ceil_div(warps, 8)), 256, 0, s>>>(
+      p, t.slices, partial);
+  check_launch("small_gemm (thin)");
+}
+
 template <class T>
 void launch(const GemmCall& c, SmallGemmKind kind) {
   dev::SmallGemmArgs<T> p;
@@ -154,6 +192,10 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   if constexpr (std::is_same_v<T, float>) {
     if (kind == SmallGemmKind::Tiled) {
       tiled(p, c.device, s);
+      return;
+    }
+    if (kind == SmallGemmKind::Thin) {
+      thin(p, c.device, s);
       return;
     }
   }
@@ -207,8 +249,8 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   }
   // Many rows: kSmallNRows rows per warp share B's loads (small_n_gemm_rows_kernel).
   const bool rows = vec && p.m >= kSmallGemmRowsMinM;
-  const unsigned row_blocks = grid_stride_blocks(ceil_div(p.m, dev::kSmallNRows),
-                                                 dev::kSmallNWarps, c.device);
+  const unsigned row_blocks =
+      grid_stride_blocks(ceil_div(p.m, dev::kSmallNRows), dev::kSmallNWarps, c.device);
   with_constant<1, kSmallGemmMaxN>(p.n, [&](auto nn) {
     constexpr int kN = decltype(nn)::value;
     if constexpr (std::is_same_v<T, float>) {
@@ -245,7 +287,8 @@ void small_gemm(const GemmCall& c) {
               ") is not a small problem (K <= ", kSmallGemmMaxK, ", or N <= ", kSmallGemmMaxN,
               " with K <= ", kSmallGemmMaxNK,
               " and A's rows contiguous, or float32 with M N K <= ", kTiledGemmMaxMNK,
-              " and a unit stride in each operand)");
+              " and a unit stride in each operand, or float32 with M <= ", kThinGemmMaxM,
+              ", B's rows contiguous and N a multiple of 4)");
   EMBER_CHECK(c.ld_d == 0 || c.a.rows <= 1 || c.ld_d >= c.b.cols, "small_gemm ", epi,
               ": output ld ", c.ld_d, " < N = ", c.b.cols);
   if (c.a.rows == 0 || c.b.cols == 0) return;

@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(32 * kSmallNWarps)
   const float4* __restrict__ bcol[kN];
 #pragma unroll
   for (int c = 0; c < kN; ++c) bcol[c] = reinterpret_cast<const float4*>(p.b + c * p.b_cs);
-  for (int64_t i0 = (static_cast<int64_t>(blockIdx.x) * kSmallNWarps + (threadIdx.x >> 5)) *
-                    kSmallNRows;
+  for (int64_t i0 =
+           (static_cast<int64_t>(blockIdx.x) * kSmallNWarps + (threadIdx.x >> 5)) * kSmallNRows;
        i0 < p.m; i0 += warps * kSmallNRows) {
     float acc[kSmallNRows][kN];
     const float4* __restrict__ ar[kSmallNRows];
@@ -281,6 +281,100 @@ __global__ void __launch_bounds__(32 * kSmallNWarps)
 #pragma unroll
     for (int r = 0; r < kSmallNRows; ++r)
       if (i0 + r < p.m) small_n_finish(p, i0 + r, lane, acc[r]);
+  }
+}
+
+// Thin (M <= 16 rows, large K; small_gemm.h), float32, B's rows contiguous, N a multiple of 4.
+// k is cut into gridDim.x slices of `slice` (a multiple of kThinLanes). In a block, thread
+// (x, y) owns column quad blockIdx.y * kThinQuads + x and folds k = k0 + y, k0 + y + 4, ... of
+// its slice, for each of the M rows: acc = fma(A[m,k], B[k,j], acc), k ascending. The block
+// adds its four lanes in order ((y0 + y1) + y2) + y3 and writes the slice's partial product
+// P[slice][m][j] (the cuBLASLt workspace holds P). thin_gemm_finish_kernel then adds the slices:
+// lane l of a warp folds slices l, l + 32, ... in turn, a xor butterfly adds the 32 lane sums,
+// and the epilogue rounds as small_gemm_epilogue. The order depends on the shapes alone.
+inline constexpr int kThinQuads = 128;  // column quads per block
+inline constexpr int kThinLanes = 4;    // k lanes per block
+template <int kM, bool kVec>
+__global__ void __launch_bounds__(kThinQuads* kThinLanes)
+    thin_gemm_partial_kernel(SmallGemmArgs<float> p, int64_t slice, float* __restrict__ partial) {
+  const int64_t quads = p.n / 4;
+  const int64_t q = static_cast<int64_t>(blockIdx.y) * kThinQuads + threadIdx.x;
+  const int lane = static_cast<int>(threadIdx.y);
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * slice;
+  const int64_t k1 = k0 + slice < p.k ? k0 + slice : p.k;
+  float4 acc[kM];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) acc[m] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (q < quads) {
+    const float* __restrict__ bq = p.b + q * 4;
+#pragma unroll 4
+    for (int64_t k = k0 + lane; k < k1; k += kThinLanes) {
+      float4 w;
+      if constexpr (kVec) {
+        w = *reinterpret_cast<const float4*>(bq + k * p.b_rs);
+      } else {
+        const float* r = bq + k * p.b_rs;
+        w = make_float4(r[0], r[1], r[2], r[3]);
+      }
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const float x = p.a[m * p.a_rs + k * p.a_cs];
+        acc[m].x = fmaf(x, w.x, acc[m].x);
+        acc[m].y = fmaf(x, w.y, acc[m].y);
+        acc[m].z = fmaf(x, w.z, acc[m].z);
+        acc[m].w = fmaf(x, w.w, acc[m].w);
+      }
+    }
+  }
+  __shared__ float4 lanes[kThinLanes][kThinQuads];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    lanes[lane][threadIdx.x] = acc[m];
+    __syncthreads();
+    if (lane == 0 && q < quads) {
+      float4 v = lanes[0][threadIdx.x];
+#pragma unroll
+      for (int l = 1; l < kThinLanes; ++l) {
+        const float4 u = lanes[l][threadIdx.x];
+        v.x = add_rn(v.x, u.x);
+        v.y = add_rn(v.y, u.y);
+        v.z = add_rn(v.z, u.z);
+        v.w = add_rn(v.w, u.w);
+      }
+      *reinterpret_cast<float4*>(partial + (static_cast<int64_t>(blockIdx.x) * kM + m) * p.n +
+                                 q * 4) = v;
+    }
+    __syncthreads();
+  }
+}
+
+// One warp per output quad (m, j..j+3) of D, over `slices` partial products.
+__global__ void __launch_bounds__(256)
+    thin_gemm_finish_kernel(SmallGemmArgs<float> p, int slices, const float* __restrict__ partial) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int64_t quads = p.n / 4;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  if (w >= p.m * quads) return;  // whole warps: w is the same on all 32 lanes
+  const int64_t m = w / quads, j = (w - m * quads) * 4;
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s = lane; s < slices; s += 32) {
+    const float4 u =
+        *reinterpret_cast<const float4*>(partial + (static_cast<int64_t>(s) * p.m + m) * p.n + j);
+    v.x = add_rn(v.x, u.x);
+    v.y = add_rn(v.y, u.y);
+    v.z = add_rn(v.z, u.z);
+    v.w = add_rn(v.w, u.w);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    v.x = add_rn(v.x, __shfl_xor_sync(0xffffffffu, v.x, off));
+    v.y = add_rn(v.y, __shfl_xor_sync(0xffffffffu, v.y, off));
+    v.z = add_rn(v.z, __shfl_xor_sync(0xffffffffu, v.z, off));
+    v.w = add_rn(v.w, __shfl_xor_sync(0xffffffffu, v.w, off));
+  }
+  if (lane < 4) {
+    const float e = lane == 0 ? v.x : lane == 1 ? v.y : lane == 2 ? v.z : v.w;
+    p.d[m * p.ld_d + j + lane] = small_gemm_epilogue(e, p.bias, j + lane, p.relu);
   }
 }
 

@@ -33,7 +33,14 @@ inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 1
 //    (kernels/cuda/tile_gemm.cuh).
 // SmallK and SmallN take float32 and float64. SmallK wins when both apply, then SmallN. Cheap:
 // no allocation, no CUDA call.
-enum class SmallGemmKind : uint8_t { None, SmallK, SmallN, Tiled };
+//  - Thin: float32 with M <= 16 where Tiled does not apply (more multiply-adds), B's rows
+//    contiguous (b.col_stride == 1) and N and B's row stride multiples of 4, M N <= 2^18: k cut
+//    into slices whose partial products a second kernel adds in a fixed order (such as the
+//    [10,B]x[B,512] weight gradient of a 10-class layer at batch 8192, where cuBLASLt's tiles
+//    are mostly padding).
+enum class SmallGemmKind : uint8_t { None, SmallK, SmallN, Tiled, Thin };
+inline constexpr int64_t kThinGemmMaxM = 16;
+inline constexpr int64_t kThinGemmMaxMN = int64_t{1} << 18;
 
 inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const GemmMatrix& b) {
   if (dtype != kFloat32 && dtype != kFloat64) return SmallGemmKind::None;
@@ -45,6 +52,9 @@ inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const Gem
       M * N <= kTiledGemmMaxMNK / K && (a.col_stride == 1 || a.row_stride == 1) &&
       (b.row_stride == 1 || b.col_stride == 1))
     return SmallGemmKind::Tiled;
+  if (dtype == kFloat32 && M <= kThinGemmMaxM && M * N <= kThinGemmMaxMN && N % 4 == 0 &&
+      b.col_stride == 1 && (b.row_stride % 4 == 0 || K == 1))
+    return SmallGemmKind::Thin;
   return SmallGemmKind::None;
 }
 
@@ -56,6 +66,8 @@ inline const char* small_gemm_name(SmallGemmKind k) {
       return "small-N";
     case SmallGemmKind::Tiled:
       return "tiled";
+    case SmallGemmKind::Thin:
+      return "thin";
     case SmallGemmKind::None:
       break;
   }
@@ -67,7 +79,8 @@ inline const char* small_gemm_name(SmallGemmKind k) {
 // v + bias[n] (one rounding, never contracted into an FMA), then Ember's relu (NaN passes, -0
 // becomes +0). Throws ember::Error (queuing nothing) for another epilogue or dtype, operands
 // that do not multiply, a problem no small kernel takes, or missing pointers. Allocates nothing
-// (safe under CUDA-graph capture).
+// (safe under CUDA-graph capture); Thin keeps its partial products in the cuBLASLt workspace
+// (kernels/cuda/runtime.h), which its first call creates if no GEMM did before.
 void small_gemm(const GemmCall& call);
 
 }  // namespace ember::kernels::cuda

@@ -68,8 +68,9 @@ int64_t peak_of_training(const std::vector<int64_t>& batches, bool compiled, jit
 
 }  // namespace
 
-TEST_CASE("jit: a compiled training step peaks at eager's, a graph mode at most its arguments above",
-          "[jit][cuda]") {
+TEST_CASE(
+    "jit: a compiled training step peaks at eager's, a graph mode at most its arguments above",
+    "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   for (int64_t batch : {64, 1024, 4096, 8192}) {
     INFO("batch " << batch);
@@ -77,8 +78,7 @@ TEST_CASE("jit: a compiled training step peaks at eager's, a graph mode at most 
     std::vector<float> eager_losses, compiled_losses, graph_losses;
     const int64_t eager = peak_of_training({batch}, false, jit::Mode::Default, &eager_losses);
     const int64_t compiled = peak_of_training({batch}, true, jit::Mode::Default, &compiled_losses);
-    const int64_t graph =
-        peak_of_training({batch}, true, jit::Mode::ReduceOverhead, &graph_losses);
+    const int64_t graph = peak_of_training({batch}, true, jit::Mode::ReduceOverhead, &graph_losses);
     INFO("peak bytes: eager " << eager << ", compiled " << compiled << ", reduce-overhead "
                               << graph);
     CHECK(compiled <= eager);

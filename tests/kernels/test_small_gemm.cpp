@@ -56,10 +56,11 @@ TEST_CASE("small_gemm_kind picks the kernel from shapes, strides and dtype", "[k
     // dH = dO [B,10] x W2 [10,512] (K = 10).
     CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 10), row_major(10, 512)) == K::SmallK);
     // Forward layer 1 and the weight gradients: the Tiled kernel at batch 64 (float32 only),
-    // cuBLASLt at 8192.
+    // cuBLASLt at 8192, except the thin [10,B]x[B,512] weight gradient of layer 2.
     const K big = batch == 64 ? K::Tiled : K::None;
     CHECK(kc::small_gemm_kind(kFloat32, row_major(batch, 784), transposed(784, 512)) == big);
-    CHECK(kc::small_gemm_kind(kFloat32, transposed(10, batch), row_major(batch, 512)) == big);
+    CHECK(kc::small_gemm_kind(kFloat32, transposed(10, batch), row_major(batch, 512)) ==
+          (batch == 64 ? K::Tiled : K::Thin));
     CHECK(kc::small_gemm_kind(kFloat32, transposed(512, batch), row_major(batch, 784)) == big);
     CHECK(kc::small_gemm_kind(kFloat64, row_major(batch, 784), transposed(784, 512)) == K::None);
     CHECK(kc::small_gemm_kind(kFloat64, transposed(512, batch), row_major(batch, 784)) == K::None);
@@ -75,6 +76,17 @@ TEST_CASE("small_gemm_kind picks the kernel from shapes, strides and dtype", "[k
   // Tiled: at most 2^25 multiply-adds, M and N at most 2^20.
   CHECK(kc::small_gemm_kind(kFloat32, row_major(64, 1024), row_major(1024, 512)) == K::Tiled);
   CHECK(kc::small_gemm_kind(kFloat32, row_major(65, 1024), row_major(1024, 512)) == K::None);
+  // Thin: M <= 16 above the Tiled size, B's rows contiguous, N and B's row stride multiples of 4,
+  // M N <= 2^18.
+  CHECK(kc::small_gemm_kind(kFloat32, transposed(16, 8192), row_major(8192, 512)) == K::Thin);
+  CHECK(kc::small_gemm_kind(kFloat32, transposed(17, 8192), row_major(8192, 512)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, transposed(10, 8192), row_major(8192, 514)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, transposed(10, 8192), transposed(8192, 512)) == K::None);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(16, 1 << 10), row_major(1 << 10, 1 << 14)) ==
+        K::Thin);
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(16, 1 << 10), row_major(1 << 10, 1 << 15)) ==
+        K::None);
+  CHECK(kc::small_gemm_kind(kFloat64, transposed(10, 8192), row_major(8192, 512)) == K::None);
   // (A transposed: no SmallN.)
   CHECK(kc::small_gemm_kind(kFloat32, transposed(int64_t{1} << 20, 17), row_major(17, 1)) ==
         K::Tiled);
@@ -223,11 +235,14 @@ struct Mkn {
 };
 // SmallN, SmallK, then Tiled shapes: the batch-64 MLP's forward layer 1 (k in 8 slices) and
 // weight gradients (unsplit), and odd sizes that split k in 2, 3, 4 and 8 slices with partial
-// tiles, partial quads and a last slice shorter than the others.
-const Mkn kShapes[] = {{64, 512, 10}, {8192, 512, 10}, {64, 10, 512},  {8192, 10, 512},
-                       {7, 3, 5},     {1, 1, 1},       {5, 16, 16},    {33, 4096, 16},
-                       {3, 17, 9},    {64, 784, 512},  {512, 64, 784}, {10, 64, 512},
-                       {37, 300, 45}, {3, 1000, 7},    {100, 129, 70}, {20, 203, 33}};
+// tiles, partial quads and a last slice shorter than the others; then Thin shapes: the
+// batch-8192 weight gradient of a 10-class layer, and odd ones (a partial last slice, one row,
+// a partial block of column quads).
+const Mkn kShapes[] = {{10, 8192, 512}, {3, 40003, 300}, {1, 70000, 512}, {16, 2100, 1000},
+                       {64, 512, 10},   {8192, 512, 10}, {64, 10, 512},   {8192, 10, 512},
+                       {7, 3, 5},       {1, 1, 1},       {5, 16, 16},     {33, 4096, 16},
+                       {3, 17, 9},      {64, 784, 512},  {512, 64, 784},  {10, 64, 512},
+                       {37, 300, 45},   {3, 1000, 7},    {100, 129, 70},  {20, 203, 33}};
 
 std::string shape_name(const Mkn& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
@@ -478,4 +493,3 @@ TEST_CASE("small GEMMs: rows give the same bits whatever the batch (kernel chose
 }
 
 #endif  // EMBER_WITH_CUDA
-
