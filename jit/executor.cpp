@@ -407,7 +407,7 @@ void Executor::drop_replaced_grads() {
 // The arenas' memory, taken at the first replay rather than when the executable was built: the
 // build happens inside the last traced call, whose eager gradients the caller holds until the
 // next call replaces them, and arena + those gradients would be a peak above eager's.
-// (Work in progress, branch wip/memory-1024: not yet measured on the GPU; bench/NOTES.md.)
+// (Measured on the H200: bench/NOTES.md, fifth session.)
 void Executor::allocate_arenas() {
   drop_replaced_grads();
   for (size_t k = 0; k < arenas_.size(); ++k) {
@@ -419,6 +419,7 @@ void Executor::allocate_arenas() {
     s.data = s.allocator->allocate(arena_bytes_[k]);
     s.nbytes = arena_bytes_[k];
   }
+  if (pool_) seen_generation_ = pool_->generation();
   arenas_allocated_ = true;
 }
 
@@ -434,19 +435,28 @@ void ArenaPool::reserve(size_t index, Device device, size_t bytes) {
   Storage& s = *storage(index, device);
   if (s.nbytes >= bytes) return;
   // Free before allocating: the old bytes are dead (calls run one at a time, and on a device
-  // the caching allocator hands memory back in stream order), so the two never coexist.
+  // the caching allocator hands memory back in stream order), so the two never coexist. The
+  // generation moves first, so that if the allocation fails (out of memory) every executable
+  // sees its arena changed and asks again instead of running on the freed bytes.
   if (s.data) s.allocator->deallocate(s.data, s.nbytes);
   s.data = nullptr;
   s.nbytes = 0;
+  ++generation_;
   s.data = s.allocator->allocate(bytes);
   s.nbytes = bytes;
-  ++generation_;
 }
 
 void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
-  if (!arenas_allocated_) allocate_arenas();
-  // Another executable grew the shared arenas since this graph was captured: capture again.
-  if (graph_ && pool_ && pool_->generation() != captured_generation_) graph_.reset();
+  if (!arenas_allocated_) {
+    allocate_arenas();
+  } else if (pool_ && pool_->generation() != seen_generation_) {
+    // Another executable of the function moved the shared arenas: make sure they still hold
+    // this plan, and capture the graph again (it holds the old addresses).
+    for (size_t k = 0; k < arenas_.size(); ++k)
+      pool_->reserve(k, plan_.arenas[k].device, arena_bytes_[k]);
+    seen_generation_ = pool_->generation();
+    graph_.reset();
+  }
   if (graph_ok_ && (graph_ || plain_replays_ >= 1)) {
     if (!graph_) capture_graph(args);
     if (graph_) {
@@ -568,7 +578,6 @@ void Executor::capture_graph(std::span<const Tensor> args) {
   }
   graph_ = cuda::end_capture(dev);
   stats_.graph_nodes = cuda::graph_node_count(*graph_);
-  if (pool_) captured_generation_ = pool_->generation();
 }
 
 void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs) {

@@ -115,7 +115,7 @@ class Executor {
   std::vector<size_t> arena_bytes_;
   bool arenas_allocated_ = false;
   std::shared_ptr<ArenaPool> pool_;
-  uint64_t captured_generation_ = 0;  // the pool's generation when graph_ was captured
+  uint64_t seen_generation_ = 0;  // the pool's generation when this plan's arenas last fit
   std::vector<Step> steps_;
   std::vector<std::unique_ptr<CpuGroupRunner>> cpu_groups_;
   // Per group (CUDA; null: op by op), then one per standalone GEMM (its group in solo_groups_).
