@@ -53,7 +53,6 @@ void sgd_update(const KernelCall& call) {
   for (int64_t base = 0; base < n; base += dev::kMultiTensorMax) {
     const bool last_launch = base + dev::kMultiTensorMax >= n;
     dev::SgdTensors ts{};
-    int64_t largest = 0;
     const int64_t count = std::min<int64_t>(dev::kMultiTensorMax, n - base);
     for (int64_t k = 0; k < count; ++k) {
       const int64_t i = base + k;
@@ -72,15 +71,16 @@ void sgd_update(const KernelCall& call) {
       ts.buf[k] = b ? b->raw_data() : nullptr;
       ts.numel[k] = p.numel();
       ts.dtype[k] = table_dtype(p.dtype(), i);
-      largest = std::max(largest, p.numel());
+      ts.first_item[k + 1] = ts.first_item[k] + ceil_div(p.numel(), dev::sgd_item_elems(ts.dtype[k]));
     }
     ts.count = static_cast<int>(count);
     unsigned* const ticket = last_launch ? step_ticket : nullptr;
+    const int64_t items = ts.first_item[count];
     // Empty tensors need no launch, unless this one counts the step (one block then).
-    if (largest == 0 && ticket == nullptr) continue;
-    // Threads for the largest tensor's 16-byte vectors (4 floats): sgd_tensor's bulk.
-    dev::sgd_update_kernel<<<grid_stride_blocks(ceil_div(largest, 4), kThreads, device), kThreads,
-                             0, s>>>(ts, static_cast<const float*>(hyper.raw_data()),
+    if (items == 0 && ticket == nullptr) continue;
+    // A thread per item, up to what the device holds at once (then the grid strides).
+    dev::sgd_update_kernel<<<grid_stride_blocks(items, kThreads, device), kThreads, 0, s>>>(
+        ts, static_cast<const float*>(hyper.raw_data()),
                                      static_cast<float*>(step.raw_data()), ticket, flags);
     check_launch("sgd_update");
   }
