@@ -5,8 +5,9 @@
 //
 // Stream layout: element i of a draw at generator offset `off` uses counter c = off + i / 2;
 // one Philox call gives four 32-bit words: words (0,1) serve even i, words (2,3) odd i, each
-// pair a 64-bit value (the float normal draw, normal_pair_f32, instead makes both elements of
-// the pair from words 0 and 1). A draw of n elements advances the offset by ceil(n / 2).
+// pair a 64-bit value. The float normal draw (normal_quad_f32) instead makes four elements from
+// one call: element i uses counter off + i / 4, words (0,1) for the pair i / 2 when it is even,
+// (2,3) when odd. A draw of n elements advances the offset by ceil(n / 2) either way.
 #include "core/macros.h"
 #if !defined(__CUDACC_RTC__)
 #include <bit>
@@ -271,23 +272,33 @@ EMBER_HD void sincos_turn(uint32_t w, float& sin_out, float& cos_out) {
 
 }  // namespace f32
 
-// The float Box-Muller pair of counter `offset + pair`: u1 = float(w0 | 1) * 2^-32 in (0, 1]
-// (never 0, so |z| <= sqrt(64 ln 2) ~ 6.66, like curand), angle 2*pi*w1/2^32; even element:
-// radius * cos, odd: radius * sin. Words 2 and 3 are unused; the offset accounting
-// (counters_for) is that of every other draw. A different stream from the float64 draw.
-EMBER_HD void normal_pair_f32(uint64_t seed, uint64_t offset, uint64_t pair, float& even,
-                              float& odd) {
-  const U32x4 b = philox4x32_10(offset + pair, seed);
-  const float u1 = f32::mul(f32::from_uint(b.v[0] | 1u), 0x1p-32f);
+// The float Box-Muller pair of two 32-bit words: u1 = float(w0 | 1) * 2^-32 in (0, 1] (never 0,
+// so |z| <= sqrt(64 ln 2) ~ 6.66, like curand), angle 2*pi*w1/2^32; even element: radius * cos,
+// odd: radius * sin.
+EMBER_HD void box_muller_f32(uint32_t w0, uint32_t w1, float& even, float& odd) {
+  const float u1 = f32::mul(f32::from_uint(w0 | 1u), 0x1p-32f);
   const float radius = f32::sqrt(f32::mul(-2.0f, f32::log(u1)));
   float s, c;
-  f32::sincos_turn(b.v[1], s, c);
+  f32::sincos_turn(w1, s, c);
   even = f32::mul(radius, c);
   odd = f32::mul(radius, s);
 }
+
+// The float normal draw's elements 4q .. 4q + 3: one Philox call (counter `offset + quad`), words
+// 0 and 1 the first pair, 2 and 3 the second. All four words are used: a Philox call costs as
+// much as the rest of a pair's math, so this is about a quarter off randn (the offset accounting,
+// counters_for, still reserves ceil(n / 2) counters; the upper half goes unused). A different
+// stream from the float64 draw.
+EMBER_HD void normal_quad_f32(uint64_t seed, uint64_t offset, uint64_t quad, float out[4]) {
+  const U32x4 b = philox4x32_10(offset + quad, seed);
+  box_muller_f32(b.v[0], b.v[1], out[0], out[1]);
+  box_muller_f32(b.v[2], b.v[3], out[2], out[3]);
+}
 EMBER_HD float normal_f32(uint64_t seed, uint64_t offset, uint64_t i) {
+  const U32x4 b = philox4x32_10(offset + i / 4, seed);
+  const bool second = (i & 2) != 0;
   float even, odd;
-  normal_pair_f32(seed, offset, i / 2, even, odd);
+  box_muller_f32(b.v[second ? 2 : 0], b.v[second ? 3 : 1], even, odd);
   return (i & 1) ? odd : even;
 }
 

@@ -67,7 +67,8 @@ __global__ void per_pair_x2(float* out, long long n, uint64_t seed, uint64_t off
 // Variants for the fifth session: where the 40 µs go. The Philox bits alone (written as floats),
 // double precision with sincospi (no argument reduction by 2*pi), float math throughout
 // (24-bit uniforms, logf, sincospif), as curand's float Box-Muller does, and the library's float
-// draw philox::normal_pair_f32 (no libm, no FMA contraction).
+// pair math philox::box_muller_f32 on words 0 and 1, as the fifth session's draw was (no libm,
+// no FMA contraction; the library now feeds words 2 and 3 to a second pair).
 template <int kMath>
 __global__ void per_pair_math(float* out, long long n, uint64_t seed, uint64_t offset) {
   const long long pairs = n / 2;
@@ -89,10 +90,9 @@ __global__ void per_pair_math(float* out, long long n, uint64_t seed, uint64_t o
       c = (float)(rad * cd);
       s = (float)(rad * sd);
     } else if constexpr (kMath == 3) {
-      // The library's float draw (core/philox.h): own log and sincos from IEEE-exact
-      // operations, bit-identical to the CPU. It makes its own Philox call; `r` above is then
-      // unused and dropped.
-      philox::normal_pair_f32(seed, offset, static_cast<uint64_t>(p), c, s);
+      // The library's float pair (core/philox.h): own log and sincos from IEEE-exact
+      // operations, bit-identical to the CPU, on words 0 and 1.
+      philox::box_muller_f32(r.v[0], r.v[1], c, s);
     } else {
       const float u1 = 1.0f - (float)(r.v[0] >> 8) * (1.0f / 16777216.0f);
       const float u2 = (float)(r.v[1] >> 8) * (1.0f / 16777216.0f);
@@ -142,7 +142,7 @@ int main() {
     const float m3 = time([&](int i) { per_pair_math<3><<<grid, 256>>>(b, n, 42, 1000 * i); });
     std::printf("%2d blocks/SM: philox only %7.2f us, double+sincospi %7.2f us, float %7.2f us\n",
                 per_sm, m0, m1, m2);
-    std::printf("%2d blocks/SM: normal_pair_f32 (bit-identical to the CPU) %7.2f us\n", per_sm, m3);
+    std::printf("%2d blocks/SM: box_muller_f32 (bit-identical to the CPU) %7.2f us\n", per_sm, m3);
     per_element<<<grid, 256>>>(a, n, 7, 3);
     per_pair_x2<<<grid, 256>>>(b, n, 7, 3);
     std::vector<float> ha(n), hb(n);

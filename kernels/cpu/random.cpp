@@ -55,13 +55,12 @@ void random(const KernelCall& c) {
       } else if constexpr (std::is_same_v<T, double>) {
         for (int64_t i = 0; i < n; ++i) out[i] = philox::normal(a.seed, a.offset, i);
       } else {
-        // float32 and the 16-bit types: the float draw (bit-identical to CUDA's), one pair per
-        // Philox call, rounded from float to T.
-        for (int64_t p = 0; 2 * p < n; ++p) {
-          float even, odd;
-          philox::normal_pair_f32(a.seed, a.offset, static_cast<uint64_t>(p), even, odd);
-          out[2 * p] = T(even);
-          if (2 * p + 1 < n) out[2 * p + 1] = T(odd);
+        // float32 and the 16-bit types: the float draw (bit-identical to CUDA's), four elements
+        // per Philox call, rounded from float to T.
+        for (int64_t q = 0; 4 * q < n; ++q) {
+          float v[4];
+          philox::normal_quad_f32(a.seed, a.offset, static_cast<uint64_t>(q), v);
+          for (int64_t e = 0; e < 4 && 4 * q + e < n; ++e) out[4 * q + e] = T(v[e]);
         }
       }
     } else {

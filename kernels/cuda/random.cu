@@ -36,8 +36,8 @@ constexpr double below_one() {
 }
 
 // The type a draw is computed in before it is converted to S: normals for float32, float16 and
-// bfloat16 are the float draw (philox::normal_pair_f32, bit-identical to the CPU's), everything
-// else double.
+// bfloat16 are the float draw (philox::normal_quad_f32, bit-identical to the CPU's; drawn by
+// normal_f32_kernel), everything else double.
 template <Draw D, class S>
 using draw_t = std::conditional_t<D == Draw::Normal && !std::is_same_v<S, double>, float, double>;
 
@@ -46,10 +46,8 @@ template <Draw D, class S>
 __device__ __forceinline__ void draw_pair(uint64_t seed, uint64_t offset, uint64_t p, int64_t lo,
                                           int64_t hi, draw_t<D, S>& even, draw_t<D, S>& odd) {
   if constexpr (D == Draw::Normal) {
-    if constexpr (std::is_same_v<S, double>)
-      philox::normal_pair(seed, offset, p, even, odd);
-    else
-      philox::normal_pair_f32(seed, offset, p, even, odd);
+    static_assert(std::is_same_v<S, double>, "float normals: normal_f32_kernel");
+    philox::normal_pair(seed, offset, p, even, odd);
   } else {
     const philox::Bits64Pair b = philox::bits64_pair(seed, offset, p);
     if constexpr (D == Draw::Uniform) {
@@ -88,14 +86,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The float normal draw (float32, float16, bfloat16): one thread per four elements, the four
+// of one Philox call (philox::normal_quad_f32), stored as one 16-byte vector where the output
+// allows. [8192, 784] float32 on the H200: 28.4 us with a Philox call per pair.
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    normal_f32_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, const uint64_t* state) {
+  if (state != nullptr) {
+    seed = state[0];
+    offset += state[1];
+  }
+  const int64_t quads = (n + 3) / 4;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool vec = std::is_same_v<S, float> && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
+       q += step) {
+    float v[4];
+    philox::normal_quad_f32(seed, offset, static_cast<uint64_t>(q), v);
+    if (vec && 4 * q + 4 <= n) {
+      reinterpret_cast<float4*>(out)[q] = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < n) out[4 * q + e] = ew::convert<S>(v[e]);
+    }
+  }
+}
+
 template <Draw D, class S>
 void launch(const KernelCall& call, int64_t lo, int64_t hi) {
   const Tensor& out = call.out;
   const int dev = out.device().index;
   const int64_t n = out.numel();
-  random_kernel<D, S><<<grid_stride_blocks((n + 1) / 2, kThreads, dev), kThreads, 0, stream(dev)>>>(
-      static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset, call.attrs.rng_state,
-      lo, hi);
+  if constexpr (D == Draw::Normal && !std::is_same_v<S, double>) {
+    normal_f32_kernel<S><<<grid_stride_blocks((n + 3) / 4, kThreads, dev), kThreads, 0,
+                           stream(dev)>>>(static_cast<S*>(out.raw_data()), n, call.attrs.seed,
+                                          call.attrs.offset, call.attrs.rng_state);
+  } else {
+    random_kernel<D, S><<<grid_stride_blocks((n + 1) / 2, kThreads, dev), kThreads, 0,
+                          stream(dev)>>>(static_cast<S*>(out.raw_data()), n, call.attrs.seed,
+                                         call.attrs.offset, call.attrs.rng_state, lo, hi);
+  }
   check_launch(op_name(call.op).data());
 }
 

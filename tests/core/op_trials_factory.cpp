@@ -79,11 +79,13 @@ double stream_normal(uint64_t seed, uint64_t offset, uint64_t i) {
                  : rad * std::cos(2 * std::numbers::pi * u2);
 }
 
-// float32/float16/bfloat16 randn: Box-Muller on 32-bit words 0 and 1 of the counter's block,
-// u1 = float(w0 | 1) * 2^-32 (the conversion rounds to float, as the draw defines it) and the
-// angle 2*pi*w1/2^32; even elements take the cosine. Evaluated here in double.
+// float32/float16/bfloat16 randn: element i uses counter offset + i / 4, words 0 and 1 of its
+// block for elements 4q and 4q + 1, words 2 and 3 for 4q + 2 and 4q + 3: the 64 bits that
+// stream_bits gives element i / 2. Box-Muller on those two words, u1 = float(w0 | 1) * 2^-32
+// (the conversion rounds to float, as the draw defines it) and the angle 2*pi*w1/2^32; even
+// elements take the cosine. Evaluated here in double.
 double stream_normal_f32(uint64_t seed, uint64_t offset, uint64_t i) {
-  const uint64_t words = stream_bits(seed, offset, i & ~uint64_t{1});  // words 0 (low), 1 (high)
+  const uint64_t words = stream_bits(seed, offset, i / 2);  // first word low, second high
   const uint32_t w0 = static_cast<uint32_t>(words), w1 = static_cast<uint32_t>(words >> 32);
   const double u1 = std::ldexp(static_cast<double>(static_cast<float>(w0 | 1u)), -32);
   const double angle = 2 * std::numbers::pi * std::ldexp(static_cast<double>(w1), -32);

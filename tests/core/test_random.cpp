@@ -68,10 +68,13 @@ void sincos_turn_reference(uint32_t w, double& s, double& c) {
 // The float32 randn draw rebuilt in double from the Philox words, as core/philox.h documents
 // it: u1 = float(w0 | 1) * 2^-32, angle 2*pi*w1/2^32, even elements take the cosine.
 double normal_f32_reference(uint64_t seed, uint64_t offset, uint64_t i) {
-  const philox::U32x4 r = philox::philox4x32_10(offset + i / 2, seed);
-  const double u1 = std::ldexp(static_cast<double>(static_cast<float>(r.v[0] | 1u)), -32);
+  // Element i: counter offset + i / 4; words 0 and 1 for elements 4q, 4q + 1, words 2 and 3
+  // for 4q + 2, 4q + 3.
+  const philox::U32x4 r = philox::philox4x32_10(offset + i / 4, seed);
+  const int w = (i & 2) ? 2 : 0;
+  const double u1 = std::ldexp(static_cast<double>(static_cast<float>(r.v[w] | 1u)), -32);
   double s, c;
-  sincos_turn_reference(r.v[1], s, c);
+  sincos_turn_reference(r.v[w + 1], s, c);
   return std::sqrt(-2 * std::log(u1)) * ((i & 1) ? s : c);
 }
 
@@ -273,16 +276,16 @@ TEST_CASE("randn float32 is the float draw and standard normal", "[random]") {
   INFO("worst " << worst << " ulp at element " << worst_i);
   CHECK(worst <= 4);
 
-  // The element form and the pair form are the same numbers, bit for bit, and the CPU kernel
+  // The element form and the quad form are the same numbers, bit for bit, and the CPU kernel
   // draws exactly them.
   int differ = 0;
-  for (int64_t p = 0; p < n / 2; p += 997) {
-    float even, odd;
-    philox::normal_pair_f32(20240611, 5, static_cast<uint64_t>(p), even, odd);
-    const float e1 = philox::normal_f32(20240611, 5, static_cast<uint64_t>(2 * p));
-    const float o1 = philox::normal_f32(20240611, 5, static_cast<uint64_t>(2 * p + 1));
-    differ += std::memcmp(&even, &e1, 4) != 0 || std::memcmp(&odd, &o1, 4) != 0;
-    differ += std::memcmp(&even, f + 2 * p, 4) != 0 || std::memcmp(&odd, f + 2 * p + 1, 4) != 0;
+  for (int64_t q = 0; q < n / 4; q += 997) {
+    float quad[4];
+    philox::normal_quad_f32(20240611, 5, static_cast<uint64_t>(q), quad);
+    for (int e = 0; e < 4; ++e) {
+      const float one = philox::normal_f32(20240611, 5, static_cast<uint64_t>(4 * q + e));
+      differ += std::memcmp(&quad[e], &one, 4) != 0 || std::memcmp(&quad[e], f + 4 * q + e, 4) != 0;
+    }
   }
   CHECK(differ == 0);
 
