@@ -82,8 +82,15 @@ class Writer {
       : g_(g), grp_(grp), sms_(std::max(sms, 1)), red_(reduction_node(g, grp)) {}
 
   FusedReductionKernel run() {
-    const Group part = pointwise_part(g_, grp_);
-    pk_ = generate_pointwise_kernel(g_, part);
+    if (grp_.nodes.size() == 1) {
+      // A reduction alone (fuse.cpp's lone column sums): no members, its input read directly.
+      FusedOperand in;
+      in.value = red_.inputs[0];
+      in.elem_size = element_size(g_.values[in.value].dtype);
+      pk_.operands = {in};
+    } else {
+      pk_ = generate_pointwise_kernel(g_, pointwise_part(g_, grp_));
+    }
     in_dtype_ = g_.values[red_.inputs[0]].dtype;
     out_dtype_ = g_.values[red_.out].dtype;
     acc_ = accumulate_type(red_.op, in_dtype_);
@@ -137,6 +144,7 @@ class Writer {
         if (o.value == red_.inputs[0]) reduced_local_ = name;
       } else {
         in_params_.push_back({o.value, name});
+        if (o.value == red_.inputs[0]) reduced_local_ = name;  // a reduction without members
       }
     }
     auto add = [&](ValueId v, bool output, bool scalar, const std::string& param) {
@@ -360,31 +368,58 @@ class Writer {
     os << "  char* partial;\n  unsigned int* tickets;\n};\n\n";
     os << "// The members, in the eager kernels' compute types; values stay in registers.\n"
        << pk_.body;
-    // Element: the members at (o, r); writes the members' results the group returns.
-    os << "// The members at output o, reduced position r; returns the value folded.\n"
+    // Element: the members at (o, r), in two steps: load() reads the operands into a Loads,
+    // operator() computes the members, writes the members' results the group returns and gives
+    // the value folded. reduce_tiles loads several positions before computing the first, so
+    // their round trips to memory overlap: the stores of one position would otherwise hold back
+    // the loads of the next (the pointers may alias, as far as the compiler knows).
+    os << "// The members at output o, reduced position r.\n"
           "struct Element {\n"
           "  const Args& a;\n"
-          "  __device__ __forceinline__ Acc operator()(Index o, Index r) const {\n";
-    if (keep_dims_.empty()) os << "    (void)o;\n";
+          "  struct Loads {\n";
+    int32_t loaded = 0;
+    for (const auto& [v, name] : in_params_)
+      if (!op_of(v).info.scalar) {
+        os << "    " << cuda_storage_type(op_of(v).dtype) << " " << name << ";\n";
+        ++loaded;
+      }
+    if (loaded == 0) os << "    char unused;\n";
+    os << "  };\n"
+          "  __device__ __forceinline__ void load(Index o, Index r, Loads& l) const {\n"
+          "    (void)o;\n    (void)r;\n    (void)l;\n";
+    if (loaded > 0) {
+      coordinates(os, keep_dims_, "o", "ck");
+      coordinates(os, red_dims_, "r", "cr");
+    }
+    for (const auto& [v, name] : in_params_) {
+      const Op& o = op_of(v);
+      if (o.info.scalar) continue;
+      os << "    l." << name << " = fp::load<" << cuda_storage_type(o.dtype) << ">(a.p["
+         << o.info.slot << "], " << offset(o.info.slot, true) << ");\n";
+    }
+    os << "  }\n"
+          "  __device__ __forceinline__ Acc operator()(Index o, Index r, const Loads& l) const {\n"
+          "    (void)o;\n    (void)r;\n    (void)l;\n";
     coordinates(os, keep_dims_, "o", "ck");
     coordinates(os, red_dims_, "r", "cr");
-    for (const auto& [v, name] : out_locals_)
-      os << "    " << cuda_storage_type(g_.values[v].dtype) << " " << name << ";\n";
-    os << "    body(";
-    bool first = true;
     for (const auto& [v, name] : in_params_) {
-      os << (first ? "" : ",\n         ");
-      first = false;
       const Op& o = op_of(v);
+      os << "    const " << cuda_storage_type(o.dtype) << " " << name << " = ";
       if (o.info.scalar)
         os << "ew::FromBits<" << cuda_storage_type(o.dtype) << ">::get(a.s["
-           << o.info.slot - pointers_ << "])";
+           << o.info.slot - pointers_ << "]);\n";
       else
-        os << "fp::load<" << cuda_storage_type(o.dtype) << ">(a.p[" << o.info.slot << "], "
-           << offset(o.info.slot, true) << ")";
+        os << "l." << name << ";\n";
     }
-    for (const auto& [v, name] : out_locals_) os << (first ? "" : ", ") << name, first = false;
-    os << ");\n";
+    for (const auto& [v, name] : out_locals_)
+      os << "    " << cuda_storage_type(g_.values[v].dtype) << " " << name << ";\n";
+    if (grp_.nodes.size() > 1) {
+      os << "    body(";
+      bool first = true;
+      for (const auto& [v, name] : in_params_) os << (first ? "" : ", ") << name, first = false;
+      for (const auto& [v, name] : out_locals_) os << (first ? "" : ", ") << name, first = false;
+      os << ");\n";
+    }
     for (int32_t k = 1; k < pointers_; ++k) {
       const Op& o = ops_[k];
       if (!o.info.output) continue;
@@ -452,14 +487,15 @@ bool reduction_codegen_supports(const Graph& g, const Group& group, std::string*
     return false;
   };
   if (group.kind != GroupKind::Reduction) return fail("not a reduction group");
-  if (group.nodes.size() < 2) return fail("no pointwise member before the reduction");
+  if (group.nodes.empty()) return fail("an empty group");
   const Node& red = reduction_node(g, group);
   const std::string op(op_name(red.op));
   if (!is_reduction_op(red.op)) return fail(op + " is not sum, mean, amax or amin");
   if (red.inplace || red.out == kNoValue || red.inputs.size() != 1)
     return fail(op + " is not an out-of-place reduction of one input");
   const ValueId x = red.inputs[0];
-  bool from_member = false;
+  // A reduction alone (fuse.cpp's lone column sums) reads its input directly.
+  bool from_member = group.nodes.size() == 1;
   for (size_t i = 0; i + 1 < group.nodes.size(); ++i)
     from_member = from_member || g.nodes[group.nodes[i]].out == x;
   if (!from_member || g.is_view(x)) return fail(op + " does not reduce a member's result");
@@ -489,7 +525,7 @@ bool reduction_codegen_supports(const Graph& g, const Group& group, std::string*
   if (out.shape.size() != want_rank || out.strides.size() != want_rank)
     return fail(op + ": result of unexpected rank " + std::to_string(out.shape.size()));
   std::string reason;
-  if (!pointwise_codegen_supports(g, pointwise_part(g, group), &reason))
+  if (group.nodes.size() > 1 && !pointwise_codegen_supports(g, pointwise_part(g, group), &reason))
     return fail("pointwise members: " + reason);
   return true;
 }

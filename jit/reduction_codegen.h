@@ -26,7 +26,7 @@
 namespace ember::jit {
 
 // Bumped when the generated code changes meaning: part of the kernel cache key.
-inline constexpr int kReductionCodegenVersion = 1;
+inline constexpr int kReductionCodegenVersion = 2;
 
 struct FusedReductionKernel {
   static constexpr const char* kKernel = "ember_fused_reduce";

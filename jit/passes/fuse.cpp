@@ -275,12 +275,35 @@ class Fuser {
 
   void place_reduction(int32_t i) {
     const int32_t ci = cand_of_value(g_.nodes[i].inputs[0]);
-    if (ci < 0) return;
-    Candidate& c = cands_[ci];
-    if (c.kind != GroupKind::Pointwise || c.closed || !can_add(ci, i)) return;
-    add(ci, i);
-    c.kind = GroupKind::Reduction;
-    c.closed = true;
+    if (ci >= 0) {
+      Candidate& c = cands_[ci];
+      if (c.kind == GroupKind::Pointwise && !c.closed && can_add(ci, i)) {
+        add(ci, i);
+        c.kind = GroupKind::Reduction;
+        c.closed = true;
+        return;
+      }
+    }
+    if (lone_column_sum(g_.nodes[i])) cands_[open(GroupKind::Reduction, i)].closed = true;
+  }
+
+  // A sum over leading dims of a contiguous CUDA value that no pointwise chain produced (the
+  // bias gradient of a layer whose incoming gradient a GEMM or the cross entropy wrote) becomes
+  // a Reduction group of its own: the generated kernel finishes a split sum in the same launch
+  // (the last block to finish folds the partials), where eager's launches a second kernel for
+  // them, and in this columns layout it sums in eager's order exactly (fused_reduce.cuh), so the
+  // bits stay eager's. Sums over the last dim are left to eager: the generated rows layout
+  // associates differently.
+  bool lone_column_sum(const Node& n) const {
+    if (n.op != OpId::sum) return false;
+    const Value& in = g_.values[n.inputs[0]];
+    const int64_t nd = static_cast<int64_t>(in.shape.size());
+    if (!in.device.is_cuda() || nd < 2 || in.shape.back() < 2 || n.attrs.dims.empty() ||
+        g_.is_view(n.inputs[0]) || in.producer < 0 || in.strides != contiguous_strides(in.shape))
+      return false;
+    for (int64_t d : n.attrs.dims)
+      if (d == nd - 1 || d == -1) return false;
+    return true;
   }
 
   // Whether every member after the first reads an earlier member's output.
@@ -312,7 +335,7 @@ class Fuser {
           if (!connected(c)) continue;
         }
       }
-      if (c.nodes.size() >= 2) kept.push_back(std::move(c));
+      if (c.nodes.size() >= 2 || c.kind == GroupKind::Reduction) kept.push_back(std::move(c));
     }
     std::sort(kept.begin(), kept.end(),
               [](const Candidate& a, const Candidate& b) { return a.nodes[0] < b.nodes[0]; });

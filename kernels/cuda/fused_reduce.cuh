@@ -60,7 +60,26 @@ __device__ __forceinline__ void reduce_tiles(const Op& op, Index num_out, Index 
   if (o < num_out) {
     const Index r0 = static_cast<Index>(by) * chunk;
     const Index r1 = r0 + chunk < count ? r0 + chunk : count;
-    for (Index r = r0 + lane; r < r1; r += kLanes) op.step(s, elem(o, r), static_cast<int64_t>(r));
+    // kBatch positions are loaded before the first is computed, then computed and folded in
+    // order (the fold's order is unchanged). One position at a time, the members' stores kept
+    // each next load waiting: a round trip to memory per position, 18.7 us for the batch-8192
+    // relu backward + bias gradient ([8192, 512]) on the H200.
+    constexpr int kBatch = 4;
+    using Loads = typename Elem::Loads;
+    Index r = r0 + lane;
+    for (; r + (kBatch - 1) * kLanes < r1; r += kBatch * kLanes) {
+      Loads l[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) elem.load(o, r + u * kLanes, l[u]);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        op.step(s, elem(o, r + u * kLanes, l[u]), static_cast<int64_t>(r + u * kLanes));
+    }
+    for (; r < r1; r += kLanes) {
+      Loads l;
+      elem.load(o, r, l);
+      op.step(s, elem(o, r, l), static_cast<int64_t>(r));
+    }
   }
 
   __shared__ State cell[kBX * kBY];

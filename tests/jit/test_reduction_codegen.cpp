@@ -441,6 +441,34 @@ TEST_CASE("reduction codegen: relu-backward bias gradient matches eager and floa
     }
 }
 
+TEST_CASE("reduction codegen: a lone column sum of a product is one generated kernel, eager's bits",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  // The bias gradient of a layer fed by a GEMM or the cross entropy: no pointwise member, so
+  // the sum is a Reduction group of its own (fuse.cpp); with 8192 rows eager splits the rows
+  // and finishes in a second kernel, the generated kernel in its last block.
+  for (Mode mode : {Mode::Default, Mode::ReduceOverhead})
+    for (const Shape& shape : std::vector<Shape>{{64, 10}, {8192, 10}, {8192, 512}, {300, 7}}) {
+      const std::string what = shape.str() + (mode == Mode::Default ? "" : " (graph replay)");
+      INFO(what);
+      const ReductionLoweringStats before = reduction_lowering_stats();
+      auto fn = [](const Tensor& a, const Tensor& b) { return sum(mm(a, b), {0}, true); };
+      auto compiled = jit::compile(fn, {.mode = mode, .fullgraph = true, .name = "lone_sum"});
+      for (int call = 0; call < 4; ++call) {
+        const Tensor a = rand({shape[0], 16}, kGpu) + 0.25;
+        const Tensor b = rand({16, shape[1]}, kGpu) + 0.25;
+        const Tensor want = fn(a, b);
+        const Tensor got = compiled(a, b);
+        REQUIRE(got.sizes() == Shape{1, shape[1]});
+        std::vector<double> ref, mag;
+        column_sums(as_doubles(mm(a, b)), shape[0], shape[1], ref, mag);
+        check_close(got, ref, mag, 1e-6, "column sum vs float64");
+        check_bitwise_equal(got, want, "column sum vs eager");
+      }
+      check_lowered(before);
+    }
+}
+
 TEST_CASE("reduction codegen: ne + sum to int64 is exact", "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   for (int64_t n : {1, 64, 8192, 100003}) {
