@@ -293,12 +293,16 @@ class Fuser {
   // (the last block to finish folds the partials), where eager's launches a second kernel for
   // them, and in this columns layout it sums in eager's order exactly (fused_reduce.cuh), so the
   // bits stay eager's. Sums over the last dim are left to eager: the generated rows layout
-  // associates differently.
+  // associates differently. Only narrow sums (a classifier's bias, up to kLoneSumMaxCols
+  // columns): the generated kernel keeps its split's partials for the executable's life where
+  // eager's are a temporary, which for wide sums raised deep_mlp's peak memory by 0.1-0.4 MiB.
+  static constexpr int64_t kLoneSumMaxCols = 64;
   bool lone_column_sum(const Node& n) const {
     if (n.op != OpId::sum) return false;
     const Value& in = g_.values[n.inputs[0]];
     const int64_t nd = static_cast<int64_t>(in.shape.size());
-    if (!in.device.is_cuda() || nd < 2 || in.shape.back() < 2 || n.attrs.dims.empty() ||
+    if (!in.device.is_cuda() || nd < 2 || in.shape.back() < 2 ||
+        in.shape.back() > kLoneSumMaxCols || n.attrs.dims.empty() ||
         g_.is_view(n.inputs[0]) || in.producer < 0 || in.strides != contiguous_strides(in.shape))
       return false;
     for (int64_t d : n.attrs.dims)
