@@ -165,6 +165,75 @@ TEST_CASE("reduction codegen: long column sums split over blocks, finished by a 
   check_compiles(k);
 }
 
+TEST_CASE("reduction codegen: a lone column sum of a product is a group of one, read directly",
+          "[jit][codegen]") {
+  // The classifier's bias gradient: the sum's input comes from a node no pointwise chain holds.
+  Builder b;
+  const ValueId a = b.input({8192, 16});
+  const ValueId w = b.input({16, 10});
+  const ValueId m = b.op(OpId::mm, {a, w});
+  const ValueId s = b.reduce(OpId::sum, m, {0}, true);
+  const FusedReductionKernel k = b.kernel({s});
+  REQUIRE(b.g.groups[0].nodes.size() == 1);
+  CHECK(b.g.groups[0].inputs == std::vector<ValueId>{m});
+  CHECK(k.columns);
+  CHECK(k.num_out == 10);
+  CHECK(k.count == 8192);
+  CHECK(k.splits > 1);  // finished by the last block, not a second kernel
+  CHECK(k.ticket_count == k.blocks_x);
+  REQUIRE(k.operands.size() == 2);  // the sum and its input
+  CHECK_FALSE(k.operands[1].output);
+  CHECK(k.operands[1].value == m);
+  CHECK_HAS(k.source, "l.x0 = fp::load<float>(a.p[1], ");
+  CHECK_FALSE(has(k.source, "body("));
+  CHECK_HAS(k.source, "fp::reduce_tiles<true, ");
+  check_compiles(k);
+}
+
+TEST_CASE("jit fuse: which lone sums become a group of their own", "[jit][codegen]") {
+  // Everything but the case varied: a sum over dim 0 of a CUDA product's [8192, cols] result.
+  struct Case {
+    const char* what;
+    int64_t cols = 10;
+    Dims dims{0};
+    bool permuted = false, of_input = false, cpu = false;
+    bool grouped = false;
+  };
+  const Case cases[] = {
+      {"narrow column sum", 10, {0}, false, false, false, true},
+      {"64 columns", 64, {0}, false, false, false, true},
+      {"65 columns: its partials would outlive the sum", 65, {0}, false, false, false, false},
+      {"over the last dim", 10, {1}, false, false, false, false},
+      {"over both dims", 10, {0, 1}, false, false, false, false},
+      {"of a view", 10, {0}, true, false, false, false},
+      {"of an argument", 10, {0}, false, true, false, false},
+      {"on the CPU", 10, {0}, false, false, true, false},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Builder b;
+    const ValueId a = b.input({8192, 16});
+    ValueId x = c.of_input ? b.input({8192, c.cols})
+                           : b.op(OpId::mm, {a, b.input({16, c.cols})});
+    if (c.permuted) {
+      Attrs t;
+      t.dims = {1, 0};
+      x = b.op(OpId::permute, {b.op(OpId::permute, {x}, t)}, t);
+    }
+    const ValueId s = b.reduce(OpId::sum, x, c.dims, true);
+    if (c.cpu)
+      for (Value& v : b.g.values) v.device = Device::cpu();
+    b.g.outputs = {s};
+    fuse(b.g);
+    const int32_t group = b.g.nodes[b.g.values[s].producer].group;
+    CHECK((group >= 0) == c.grouped);
+    if (group >= 0) {
+      CHECK(b.g.groups[group].kind == GroupKind::Reduction);
+      CHECK(b.g.groups[group].nodes.size() == 1);
+    }
+  }
+}
+
 TEST_CASE("reduction codegen: ne + sum to int64 over a vector", "[jit][codegen]") {
   for (int64_t n : {64, 8192, 100003}) {
     INFO(n);
