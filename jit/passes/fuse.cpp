@@ -302,8 +302,8 @@ class Fuser {
     const Value& in = g_.values[n.inputs[0]];
     const int64_t nd = static_cast<int64_t>(in.shape.size());
     if (!in.device.is_cuda() || nd < 2 || in.shape.back() < 2 ||
-        in.shape.back() > kLoneSumMaxCols || n.attrs.dims.empty() ||
-        g_.is_view(n.inputs[0]) || in.producer < 0 || in.strides != contiguous_strides(in.shape))
+        in.shape.back() > kLoneSumMaxCols || n.attrs.dims.empty() || g_.is_view(n.inputs[0]) ||
+        in.producer < 0 || in.strides != contiguous_strides(in.shape))
       return false;
     for (int64_t d : n.attrs.dims)
       if (d == nd - 1 || d == -1) return false;

@@ -175,9 +175,9 @@ __global__ void __launch_bounds__(1024)
     scale = to_acc<Acc>(grad[0]);
     if (mean && !defer) {
       __shared__ long long count_scratch[1024];
-      const long long n_counted =
-          count_in != nullptr ? *count_in
-                              : block_count_targets(target, N, ignore_index, count_scratch, tid, nt);
+      const long long n_counted = count_in != nullptr ? *count_in
+                                                      : block_count_targets(target, N, ignore_index,
+                                                                            count_scratch, tid, nt);
       scale = scale / static_cast<Acc>(n_counted);
     }
   }

@@ -71,7 +71,8 @@ void sgd_update(const KernelCall& call) {
       ts.buf[k] = b ? b->raw_data() : nullptr;
       ts.numel[k] = p.numel();
       ts.dtype[k] = table_dtype(p.dtype(), i);
-      ts.first_item[k + 1] = ts.first_item[k] + ceil_div(p.numel(), dev::sgd_item_elems(ts.dtype[k]));
+      ts.first_item[k + 1] =
+          ts.first_item[k] + ceil_div(p.numel(), dev::sgd_item_elems(ts.dtype[k]));
     }
     ts.count = static_cast<int>(count);
     unsigned* const ticket = last_launch ? step_ticket : nullptr;
@@ -80,8 +81,8 @@ void sgd_update(const KernelCall& call) {
     if (items == 0 && ticket == nullptr) continue;
     // A thread per item, up to what the device holds at once (then the grid strides).
     dev::sgd_update_kernel<<<grid_stride_blocks(items, kThreads, device), kThreads, 0, s>>>(
-        ts, static_cast<const float*>(hyper.raw_data()),
-                                     static_cast<float*>(step.raw_data()), ticket, flags);
+        ts, static_cast<const float*>(hyper.raw_data()), static_cast<float*>(step.raw_data()),
+        ticket, flags);
     check_launch("sgd_update");
   }
 }

@@ -119,13 +119,15 @@ void launch(const KernelCall& call, int64_t lo, int64_t hi) {
   const int dev = out.device().index;
   const int64_t n = out.numel();
   if constexpr (D == Draw::Normal && !std::is_same_v<S, double>) {
-    normal_f32_kernel<S><<<grid_stride_blocks((n + 3) / 4, kThreads, dev), kThreads, 0,
-                           stream(dev)>>>(static_cast<S*>(out.raw_data()), n, call.attrs.seed,
-                                          call.attrs.offset, call.attrs.rng_state);
+    normal_f32_kernel<S>
+        <<<grid_stride_blocks((n + 3) / 4, kThreads, dev), kThreads, 0, stream(dev)>>>(
+            static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset,
+            call.attrs.rng_state);
   } else {
-    random_kernel<D, S><<<grid_stride_blocks((n + 1) / 2, kThreads, dev), kThreads, 0,
-                          stream(dev)>>>(static_cast<S*>(out.raw_data()), n, call.attrs.seed,
-                                         call.attrs.offset, call.attrs.rng_state, lo, hi);
+    random_kernel<D, S>
+        <<<grid_stride_blocks((n + 1) / 2, kThreads, dev), kThreads, 0, stream(dev)>>>(
+            static_cast<S*>(out.raw_data()), n, call.attrs.seed, call.attrs.offset,
+            call.attrs.rng_state, lo, hi);
   }
   check_launch(op_name(call.op).data());
 }

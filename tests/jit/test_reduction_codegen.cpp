@@ -213,8 +213,7 @@ TEST_CASE("jit fuse: which lone sums become a group of their own", "[jit][codege
     INFO(c.what);
     Builder b;
     const ValueId a = b.input({8192, 16});
-    ValueId x = c.of_input ? b.input({8192, c.cols})
-                           : b.op(OpId::mm, {a, b.input({16, c.cols})});
+    ValueId x = c.of_input ? b.input({8192, c.cols}) : b.op(OpId::mm, {a, b.input({16, c.cols})});
     if (c.permuted) {
       Attrs t;
       t.dims = {1, 0};
