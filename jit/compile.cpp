@@ -328,9 +328,11 @@ struct CompiledCore::Impl {
       return TemplateRun::Retrace;
     }
     last = &e;
+    const int32_t captures = inst->exec->stats().graph_captures;
     inst->exec->run(tensors, outputs);
     ++stats.replays;
     if (inst->exec->stats().graph_nodes > 0) ++stats.graph_replays;
+    stats.graph_captures += inst->exec->stats().graph_captures - captures;
     return TemplateRun::Served;
   }
   std::vector<int64_t> scratch_sizes;
@@ -483,9 +485,11 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
           "optimizer's parameters or structural options)";
     if (stale.empty()) {
       m.last = e;
+      const int32_t captures = e->exec->stats().graph_captures;
       e->exec->run(tensors, outputs);
       ++m.stats.replays;
       if (e->exec->stats().graph_nodes > 0) ++m.stats.graph_replays;
+      m.stats.graph_captures += e->exec->stats().graph_captures - captures;
       return;
     }
     log(Log::recompiles, m.options.name + ": recompiling: " + stale);

@@ -47,12 +47,13 @@ struct Options {
 
 // What a compiled function did so far.
 struct CompileStats {
-  int traces = 0;         // eager runs under the tracer
-  int executables = 0;    // executables built
-  int recompiles = 0;     // signature misses after the first signature
-  int replays = 0;        // calls served by an executable
-  int graph_replays = 0;  // of those, launched as one captured CUDA graph
-  int eager_calls = 0;    // calls run eagerly (breaks, past the limit)
+  int traces = 0;          // eager runs under the tracer
+  int executables = 0;     // executables built
+  int recompiles = 0;      // signature misses after the first signature
+  int replays = 0;         // calls served by an executable
+  int graph_replays = 0;   // of those, launched as one captured CUDA graph
+  int graph_captures = 0;  // CUDA graphs captured (one per addresses of the arguments)
+  int eager_calls = 0;     // calls run eagerly (breaks, past the limit)
   int graph_breaks = 0;
 };
 

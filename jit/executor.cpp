@@ -455,12 +455,13 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
     for (size_t k = 0; k < arenas_.size(); ++k)
       pool_->reserve(k, plan_.arenas[k].device, arena_bytes_[k]);
     seen_generation_ = pool_->generation();
-    graph_.reset();
+    graphs_.clear();
   }
-  if (graph_ok_ && (graph_ || plain_replays_ >= 1)) {
-    if (!graph_) capture_graph(args);
-    if (graph_) {
-      replay_graph(args, outputs);
+  if (graph_ok_ && (!graphs_.empty() || plain_replays_ >= 1)) {
+    BoundGraph* bg = find_graph(args);
+    if (!bg) bg = capture_graph(args);
+    if (bg) {
+      replay_graph(*bg, args, outputs);
       return;
     }
   }
@@ -511,26 +512,72 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
     for (ValueId v : members) slots_[v]->storage.reset();
 }
 
-void Executor::capture_graph(std::span<const Tensor> args) {
+// The graph captured for these arguments' addresses, moved to the front; null if none is.
+// No allocation: a linear search over at most kMaxBoundGraphs keys.
+Executor::BoundGraph* Executor::find_graph(std::span<const Tensor> args) {
+  if (copy_args_) return graphs_.empty() ? nullptr : &graphs_.front();
+  for (size_t i = 0; i < graphs_.size(); ++i) {
+    const BoundGraph& bg = graphs_[i];
+    bool same = true;
+    for (size_t a = 0; a < bg.args.size() && same; ++a)
+      same = bg.args[a] == nullptr || bg.args[a] == args[a].raw_data();
+    if (!same) continue;
+    if (i > 0)
+      std::rotate(graphs_.begin(), graphs_.begin() + static_cast<std::ptrdiff_t>(i),
+                  graphs_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    return &graphs_.front();
+  }
+  return nullptr;
+}
+
+Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
   const int dev = graph_device_;
-  // Fixed memory for what changes per call: arguments and returned tensors.
-  static_inputs_.assign(input_members_.size(), nullptr);
-  for (size_t a = 0; a < input_members_.size(); ++a) {
-    if (input_members_[a].empty()) continue;
-    const Value& root = g_.values[g_.inputs[a]];
-    static_inputs_[a] = make_empty(root.shape, root.dtype, root.device).impl()->storage;
-    for (ValueId v : input_members_[a]) {
-      slots_[v]->storage = static_inputs_[a];
-      slots_[v]->offset = g_.values[v].offset - root.offset;
+  if (!graphs_.empty() && !copy_args_ && ++rebinds_ > kMaxBoundCaptures) {
+    // The arguments keep moving (new memory every call): one graph that copies them in costs a
+    // copy per call, a capture per call would cost far more.
+    copy_args_ = true;
+    graphs_.clear();
+    log(Log::perf, "CUDA graph: the arguments moved " + std::to_string(kMaxBoundCaptures) +
+                       " times; from now on the graph copies them into static buffers");
+  }
+  BoundGraph bg;
+  bg.args.assign(input_members_.size(), nullptr);
+  if (copy_args_) {
+    // Fixed memory for the arguments, which the graph's first nodes copy in.
+    static_inputs_.assign(input_members_.size(), nullptr);
+    for (size_t a = 0; a < input_members_.size(); ++a) {
+      if (input_members_[a].empty()) continue;
+      const Value& root = g_.values[g_.inputs[a]];
+      static_inputs_[a] = make_empty(root.shape, root.dtype, root.device).impl()->storage;
+      for (ValueId v : input_members_[a]) {
+        slots_[v]->storage = static_inputs_[a];
+        slots_[v]->offset = g_.values[v].offset - root.offset;
+      }
+    }
+  } else {
+    // The graph reads the arguments where they are (check_graph_support: contiguous).
+    for (size_t a = 0; a < input_members_.size(); ++a) {
+      if (input_members_[a].empty() || args[a].nbytes() == 0) continue;
+      bg.args[a] = args[a].raw_data();
+      const TensorImpl& arg = *args[a].impl();
+      const int64_t shift = arg.offset - g_.values[g_.inputs[a]].offset;
+      for (ValueId v : input_members_[a]) {
+        slots_[v]->storage = arg.storage;
+        slots_[v]->offset = g_.values[v].offset + shift;
+      }
     }
   }
-  static_fresh_.assign(fresh_roots_.size(), nullptr);
-  for (size_t f = 0; f < fresh_roots_.size(); ++f) {
-    const Value& r = g_.values[fresh_roots_[f]];
-    static_fresh_[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
-    for (ValueId v : fresh_members_[f]) slots_[v]->storage = static_fresh_[f];
+  // Returned tensors and gradients: static buffers the graphs write, shared by all of them.
+  if (static_fresh_.size() != fresh_roots_.size()) {
+    static_fresh_.assign(fresh_roots_.size(), nullptr);
+    for (size_t f = 0; f < fresh_roots_.size(); ++f) {
+      const Value& r = g_.values[fresh_roots_[f]];
+      static_fresh_[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
+    }
   }
-  if (rng_counters_ > 0) {
+  for (size_t f = 0; f < fresh_roots_.size(); ++f)
+    for (ValueId v : fresh_members_[f]) slots_[v]->storage = static_fresh_[f];
+  if (rng_counters_ > 0 && !rng_state_.defined()) {
     rng_state_ = make_empty({2}, kInt64, Device::cuda(dev));
     for (Step& s : steps_)
       if (s.kind == StepKind::Random) {
@@ -544,8 +591,8 @@ void Executor::capture_graph(std::span<const Tensor> args) {
   for (ValueId o : g_.outputs)
     for (size_t f = 0; f < fresh_roots_.size(); ++f)
       returned[f] = returned[f] || fresh_roots_[f] == g_.values[o].root;
-  input_copy_.assign(static_inputs_.size(), -1);
-  output_copy_.assign(static_fresh_.size(), -1);
+  input_copy_.assign(input_members_.size(), -1);
+  bg.output_copy.assign(static_fresh_.size(), -1);
   // Where the output copies point at capture (allocated before it: a capture may not allocate);
   // every replay sets their destination before it launches.
   std::vector<StoragePtr> placeholders(static_fresh_.size());
@@ -554,38 +601,61 @@ void Executor::capture_graph(std::span<const Tensor> args) {
       const Value& r = g_.values[fresh_roots_[f]];
       placeholders[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
     }
+  // Bound arguments stay in the slots only during the capture: holding them would keep a batch
+  // alive into the next call.
+  auto unbind_args = [&] {
+    if (copy_args_) return;
+    for (const std::vector<ValueId>& members : input_members_)
+      for (ValueId v : members) slots_[v]->storage.reset();
+  };
   cuda::begin_capture(dev);
   try {
     // The argument copies are the graph's first nodes and the output copies its last, so a
     // replay queues one launch; replay_graph points them at the call's memory.
-    for (size_t a = 0; a < static_inputs_.size(); ++a)
-      if (static_inputs_[a] && args[a].nbytes() > 0)
-        input_copy_[a] = cuda::capture_copy(static_inputs_[a]->data, args[a].raw_data(),
-                                            static_cast<size_t>(args[a].nbytes()), dev);
+    if (copy_args_)
+      for (size_t a = 0; a < static_inputs_.size(); ++a)
+        if (static_inputs_[a] && args[a].nbytes() > 0)
+          input_copy_[a] = cuda::capture_copy(static_inputs_[a]->data, args[a].raw_data(),
+                                              static_cast<size_t>(args[a].nbytes()), dev);
     run_steps(true);
     for (size_t f = 0; f < static_fresh_.size(); ++f)
       if (placeholders[f])
-        output_copy_[f] = cuda::capture_copy(placeholders[f]->data, static_fresh_[f]->data,
-                                             static_fresh_[f]->nbytes, dev);
+        bg.output_copy[f] = cuda::capture_copy(placeholders[f]->data, static_fresh_[f]->data,
+                                               static_fresh_[f]->nbytes, dev);
   } catch (...) {
     try {
       (void)cuda::end_capture(dev);
     } catch (...) {
     }
+    unbind_args();
     graph_ok_ = false;
+    graphs_.clear();
     graph_note_ = "CUDA graph not used: capture failed";
     throw;
   }
-  graph_ = cuda::end_capture(dev);
-  stats_.graph_nodes = cuda::graph_node_count(*graph_);
+  unbind_args();
+  bg.graph = cuda::end_capture(dev);
+  stats_.graph_nodes = cuda::graph_node_count(*bg.graph);
+  ++stats_.graph_captures;
+  stats_.graph_copies_args = copy_args_;
+  if (graphs_.size() >= static_cast<size_t>(kMaxBoundGraphs)) graphs_.pop_back();
+  graphs_.insert(graphs_.begin(), std::move(bg));
+  if (log_enabled(Log::perf))
+    log(Log::perf, "CUDA graph captured (" + std::to_string(stats_.graph_nodes) + " nodes, " +
+                       (copy_args_ ? "arguments copied in" : "arguments read in place") + ", " +
+                       std::to_string(graphs_.size()) + " kept)");
+  return &graphs_.front();
 }
 
-void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
+void Executor::replay_graph(BoundGraph& bg, std::span<const Tensor> args,
+                            std::vector<Tensor>& outputs) {
   const int dev = graph_device_;
-  for (size_t a = 0; a < static_inputs_.size(); ++a)
-    if (input_copy_[a] >= 0)
-      cuda::set_graph_copy(*graph_, input_copy_[a], static_inputs_[a]->data, args[a].raw_data(),
-                           static_cast<size_t>(args[a].nbytes()));
+  cuda::Graph& graph = *bg.graph;
+  if (copy_args_)
+    for (size_t a = 0; a < static_inputs_.size(); ++a)
+      if (input_copy_[a] >= 0)
+        cuda::set_graph_copy(graph, input_copy_[a], static_inputs_[a]->data, args[a].raw_data(),
+                             static_cast<size_t>(args[a].nbytes()));
   if (rng_counters_ > 0) {
     Generator& gen = default_generator();
     const uint64_t state[2] = {gen.seed(), gen.advance(rng_counters_)};
@@ -596,13 +666,13 @@ void Executor::replay_graph(std::span<const Tensor> args, std::vector<Tensor>& o
   std::vector<StoragePtr>& copies = out_copies_;
   copies.assign(static_fresh_.size(), nullptr);  // sized at capture: no allocation here
   for (size_t f = 0; f < static_fresh_.size(); ++f) {
-    if (output_copy_[f] < 0) continue;
+    if (bg.output_copy[f] < 0) continue;
     const Value& rv = g_.values[fresh_roots_[f]];
     copies[f] = make_empty(rv.shape, rv.dtype, rv.device).impl()->storage;
-    cuda::set_graph_copy(*graph_, output_copy_[f], copies[f]->data, static_fresh_[f]->data,
+    cuda::set_graph_copy(graph, bg.output_copy[f], copies[f]->data, static_fresh_[f]->data,
                          static_fresh_[f]->nbytes);
   }
-  cuda::launch_graph(*graph_, dev);
+  cuda::launch_graph(graph, dev);
   apply_effects();
   outputs.clear();
   for (ValueId o : g_.outputs) {

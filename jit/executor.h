@@ -54,7 +54,9 @@ struct ExecutorStats {
   int32_t kernels = 0;  // device kernels per replay (CUDA) or kernel calls (CPU)
   int32_t cpu_chunked_groups = 0;
   int64_t arena_bytes = 0;
-  int64_t graph_nodes = 0;  // nodes of the captured CUDA graph (0: not captured)
+  int64_t graph_nodes = 0;         // nodes of the captured CUDA graph (0: not captured)
+  int32_t graph_captures = 0;      // CUDA graphs captured so far (one per argument addresses)
+  bool graph_copies_args = false;  // the arguments moved too often: the graph copies them in
 };
 
 class Executor {
@@ -98,8 +100,10 @@ class Executor {
   void run_steps(bool capturing, cuda::Timeline* timeline = nullptr);
   void run_steps_profiled(int device);
   std::string step_name(const Step& s) const;
-  void capture_graph(std::span<const Tensor> args);
-  void replay_graph(std::span<const Tensor> args, std::vector<Tensor>& outputs);
+  struct BoundGraph;
+  BoundGraph* find_graph(std::span<const Tensor> args);
+  BoundGraph* capture_graph(std::span<const Tensor> args);
+  void replay_graph(BoundGraph& bg, std::span<const Tensor> args, std::vector<Tensor>& outputs);
   void apply_effects();
   void drop_replaced_grads();
   void allocate_arenas();
@@ -132,21 +136,31 @@ class Executor {
   std::vector<ValueId> written_external_;  // roots whose version a replay bumps
   uint64_t rng_counters_ = 0;
 
-  // CUDA-graph replay: arguments are copied into static buffers the graph reads, returned
-  // tensors are copied out of static buffers it writes, and random kernels read their key and
-  // base counter from rng_state_ (written before each launch).
+  // CUDA-graph replay. A graph reads fixed addresses, so it is captured for the addresses of
+  // its call's arguments and replayed while a call's arguments are at those addresses (a
+  // training loop that makes each batch where the last one was freed keeps hitting one graph):
+  // no copy of the batch, no memory beyond eager's. Calls whose arguments keep moving fall back,
+  // after kMaxBoundCaptures captures, to one graph that copies each argument into a static
+  // buffer first. Returned tensors are copied out of static buffers the graph writes, and
+  // random kernels read their key and base counter from rng_state_ (written before each launch).
+  struct BoundGraph {
+    std::vector<const void*> args;  // each argument's data address (null: not bound)
+    cuda::GraphPtr graph;
+    std::vector<int> output_copy;  // per fresh root: its copy-out node (-1: none)
+  };
+  static constexpr int kMaxBoundGraphs = 4;    // kept at once, the least recently used replaced
+  static constexpr int kMaxBoundCaptures = 8;  // captures for new addresses before copying
   ExecutorOptions options_;
   std::string graph_note_;
   bool graph_ok_ = false;
   int32_t plain_replays_ = 0;
   int profile_device_ = -1;  // the GPU a CUDA executable computes on (-1: CPU)
   int graph_device_ = 0;
-  cuda::GraphPtr graph_;
-  std::vector<StoragePtr> static_inputs_;
-  // The graph's copy of each argument in, and of each returned fresh buffer out (index from
-  // cuda::capture_copy; -1: none, the buffer is empty or not returned).
-  std::vector<int> input_copy_;
-  std::vector<int> output_copy_;
+  std::vector<BoundGraph> graphs_;         // most recently used first
+  bool copy_args_ = false;                 // the fallback: graphs_ holds one graph that copies
+  int32_t rebinds_ = 0;                    // captures made because the arguments moved
+  std::vector<StoragePtr> static_inputs_;  // the fallback's argument buffers
+  std::vector<int> input_copy_;            // the fallback's copy of each argument in (-1: none)
   std::vector<StoragePtr> static_fresh_;
   std::vector<StoragePtr> out_copies_;
   Tensor rng_state_;

@@ -140,3 +140,52 @@ TEST_CASE("jit: a ReduceOverhead function's outputs are fresh and its inputs reb
     CHECK(got == want);
   }
 }
+
+TEST_CASE("jit: a ReduceOverhead graph reads its arguments in place, one capture per address",
+          "[jit][cuda]") {
+  // A training loop makes each batch where the last one was freed, so a graph captured for
+  // those addresses serves every later call without copying the batch. Here two batches
+  // alternate, and each is overwritten in place before it is passed again: every output must be
+  // that of the batch's contents at the call, and two captures must serve all graph calls.
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  manual_seed(21);
+  Tensor w = randn({16, 8}, dev);
+  auto f = jit::compile([&](const Tensor& x) { return relu(mm(x, w)) * 2.0 + 1.0; },
+                        {.mode = jit::Mode::ReduceOverhead});
+  Tensor xs[2] = {randn({12, 16}, dev), randn({12, 16}, dev)};
+  for (int i = 0; i < 16; ++i) {
+    Tensor& x = xs[i % 2];
+    x.copy_(randn({12, 16}, dev));
+    const Tensor out = f(x);
+    const auto want = (relu(mm(x, w)) * 2.0 + 1.0).to_vector<float>();
+    INFO("call " << i + 1);
+    CHECK(out.to_vector<float>() == want);
+  }
+  CHECK(f.stats().graph_replays >= 10);
+  CHECK(f.stats().graph_captures == 2);
+}
+
+TEST_CASE("jit: arguments at new addresses every call leave ReduceOverhead one copying graph",
+          "[jit][cuda]") {
+  // Past a few captures for moved arguments the executable stops capturing and copies each
+  // call's arguments into one graph's static buffers: the results stay right, the captures stop.
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  manual_seed(22);
+  Tensor w = randn({16, 8}, dev);
+  auto f = jit::compile([&](const Tensor& x) { return relu(mm(x, w)) - 0.5; },
+                        {.mode = jit::Mode::ReduceOverhead});
+  std::vector<Tensor> xs;  // all alive: every call's argument is at a new address
+  int captures_at_24 = 0;
+  for (int i = 0; i < 32; ++i) {
+    xs.push_back(randn({12, 16}, dev));
+    const Tensor out = f(xs.back());
+    INFO("call " << i + 1);
+    CHECK(out.to_vector<float>() == (relu(mm(xs.back(), w)) - 0.5).to_vector<float>());
+    if (i == 23) captures_at_24 = f.stats().graph_captures;
+  }
+  CHECK(captures_at_24 > 2);
+  CHECK(f.stats().graph_captures == captures_at_24);
+  CHECK(f.stats().graph_replays >= 28);
+}
