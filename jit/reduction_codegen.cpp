@@ -11,9 +11,12 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "kernels/cuda/small_gemm.h"
 #include "kernels/reduce_grid.h"
 
 namespace ember::jit {
+static_assert(kReductionMaxProductK == kernels::cuda::kSmallGemmMaxK,
+              "a fused product must be one the eager SmallK kernels compute");
 namespace {
 
 template <class... A>
@@ -47,13 +50,19 @@ int64_t accumulate_bytes(const char* acc) {
 
 const Node& reduction_node(const Graph& g, const Group& grp) { return g.nodes[grp.nodes.back()]; }
 
+// A small-K product member (fuse.cpp absorbs one into the group that alone reads its result),
+// anywhere among the members: not part of body(); its result reaches body() as a parameter
+// computed by fp::small_k_dot from operands outside the group.
+bool is_product_member(const Node& n) { return n.op == OpId::mm; }
+
 // The members before the reduction as a Pointwise group whose outputs are the members' results
 // the group returns and the reduced value.
 Group pointwise_part(const Graph& g, const Group& grp) {
   const Node& red = reduction_node(g, grp);
   Group p;
   p.kind = GroupKind::Pointwise;
-  p.nodes.assign(grp.nodes.begin(), grp.nodes.end() - 1);
+  for (size_t i = 0; i + 1 < grp.nodes.size(); ++i)
+    if (!is_product_member(g.nodes[grp.nodes[i]])) p.nodes.push_back(grp.nodes[i]);
   for (ValueId o : grp.outputs)
     if (o != red.out) p.outputs.push_back(o);
   if (std::find(p.outputs.begin(), p.outputs.end(), red.inputs[0]) == p.outputs.end())
@@ -74,6 +83,36 @@ std::vector<bool> reduced_flags(const Node& red, int rank) {
   for (int64_t d : red.attrs.dims)
     r[static_cast<size_t>(wrap_dim(d, rank, "jit reduction"))] = true;
   return r;
+}
+
+// Why a product member cannot be generated, or empty: float32/float64 [M,K] x [K,N] with
+// K <= kReductionMaxProductK (the eager SmallK kernels' range, so eager sums it the same way),
+// non-negative strides, on the device of the group, its [M,N] result the group's shape and not a
+// group output (it is never stored).
+std::string product_member_problem(const Graph& g, const Group& group, const Node& n,
+                                   const Shape& shape) {
+  if (n.inplace || n.out == kNoValue || n.inputs.size() != 2) return "not an out-of-place mm";
+  const Value& a = g.values[n.inputs[0]];
+  const Value& b = g.values[n.inputs[1]];
+  const Value& o = g.values[n.out];
+  if (a.shape.size() != 2 || b.shape.size() != 2) return "operands are not matrices";
+  if (o.shape != shape) return "its result " + o.shape.str() + " is not the group's shape";
+  if (a.shape[1] > kReductionMaxProductK || a.shape[1] < 1)
+    return "K = " + std::to_string(a.shape[1]) + " is not in 1.." +
+           std::to_string(kReductionMaxProductK);
+  if (a.dtype != o.dtype || b.dtype != o.dtype || (o.dtype != kFloat32 && o.dtype != kFloat64))
+    return "not float32 or float64";
+  if (a.device != o.device || b.device != o.device || !o.device.is_cuda())
+    return "operands on another device";
+  for (const Value* v : {&a, &b})
+    for (int64_t st : v->strides)
+      if (st < 0) return "a negative stride";
+  if (std::find(group.outputs.begin(), group.outputs.end(), n.out) != group.outputs.end())
+    return "its result is a group output";
+  for (int32_t m : group.nodes)
+    for (ValueId in : n.inputs)
+      if (g.nodes[m].out == in) return "an operand is a member's result";
+  return {};
 }
 
 class Writer {
@@ -125,6 +164,13 @@ class Writer {
     DType dtype = kFloat32;
     std::string param;  // its name in body() ("" for the reduction's result)
     Strides strides;    // per dim of the group's shape, in elements
+  };
+  // A product member's value: body()'s parameter `param` = sum over k < K of A[i,k] B[k,j].
+  struct Dot {
+    ValueId value = kNoValue;
+    std::string param;
+    int64_t k = 0, a_step = 0, b_step = 0;  // K, and A's and B's strides along k
+    int32_t a_slot = 0, b_slot = 0;
   };
   struct Dim {
     int64_t size = 1;
@@ -181,6 +227,26 @@ class Writer {
       }
     for (const FusedOperand& o : pk_.operands)
       if (!o.output && !o.scalar) {
+        if (const Node* mm = product_of(o.value)) {
+          // A product member: its operands A [M,K] and B [K,N] as pointers whose offsets over
+          // the group's [M,N] are those of A's row i and B's column j.
+          const Value& a = g_.values[mm->inputs[0]];
+          const Value& b = g_.values[mm->inputs[1]];
+          Dot d;
+          d.value = o.value;
+          d.param = param_of(o.value);
+          d.k = a.shape[1];
+          d.a_step = a.strides[1];
+          d.b_step = b.strides[0];
+          d.a_slot = static_cast<int32_t>(ops_.size());
+          add(mm->inputs[0], false, false, "");
+          ops_.back().strides = {a.strides[0], 0};
+          d.b_slot = static_cast<int32_t>(ops_.size());
+          add(mm->inputs[1], false, false, "");
+          ops_.back().strides = {0, b.strides[1]};
+          dots_.push_back(std::move(d));
+          continue;
+        }
         add(o.value, false, false, param_of(o.value));
         const Value& v = g_.values[o.value];
         ops_.back().strides = broadcast_strides(v.shape, v.strides, shape_);
@@ -188,6 +254,18 @@ class Writer {
     for (const Op& o : ops_) pointers_ += o.info.scalar ? 0 : 1;
     for (const FusedOperand& o : pk_.operands)
       if (o.scalar) add(o.value, false, true, param_of(o.value));
+  }
+
+  // The product member of the group producing `v`, or null.
+  const Node* product_of(ValueId v) const {
+    for (int32_t ni : grp_.nodes)
+      if (is_product_member(g_.nodes[ni]) && g_.nodes[ni].out == v) return &g_.nodes[ni];
+    return nullptr;
+  }
+  const Dot* dot_of(ValueId v) const {
+    for (const Dot& d : dots_)
+      if (d.value == v) return &d;
+    return nullptr;
   }
 
   std::string param_of(ValueId v) const {
@@ -247,6 +325,10 @@ class Writer {
           small = small && d.strides[k] >= 0;
           reach += (d.size - 1) * std::max<int64_t>(d.strides[k], 0);
         }
+      for (const Dot& d : dots_) {
+        if (k == d.a_slot) reach += (d.k - 1) * d.a_step;
+        if (k == d.b_slot) reach += (d.k - 1) * d.b_step;
+      }
       small = small && reach <= INT32_MAX;
     }
     index32_ = small;
@@ -379,8 +461,8 @@ class Writer {
           "  struct Loads {\n";
     int32_t loaded = 0;
     for (const auto& [v, name] : in_params_)
-      if (!op_of(v).info.scalar) {
-        os << "    " << cuda_storage_type(op_of(v).dtype) << " " << name << ";\n";
+      if (dot_of(v) || !op_of(v).info.scalar) {
+        os << "    " << cuda_storage_type(g_.values[v].dtype) << " " << name << ";\n";
         ++loaded;
       }
     if (loaded == 0) os << "    char unused;\n";
@@ -392,6 +474,16 @@ class Writer {
       coordinates(os, red_dims_, "r", "cr");
     }
     for (const auto& [v, name] : in_params_) {
+      if (const Dot* d = dot_of(v)) {
+        // The loads of B's column repeat for every position of a thread's output: within a
+        // batch of positions (fused_reduce.cuh) the compiler loads them once.
+        os << "    l." << name << " = fp::small_k_dot<" << d->k << ", "
+           << cuda_storage_type(g_.values[v].dtype) << ">(a.p[" << d->a_slot << "], "
+           << "static_cast<Index>(" << offset(d->a_slot, true) << "), " << lit(d->a_step)
+           << ", a.p[" << d->b_slot << "], static_cast<Index>(" << offset(d->b_slot, true) << "), "
+           << lit(d->b_step) << ");\n";
+        continue;
+      }
       const Op& o = op_of(v);
       if (o.info.scalar) continue;
       os << "    l." << name << " = fp::load<" << cuda_storage_type(o.dtype) << ">(a.p["
@@ -403,6 +495,11 @@ class Writer {
     coordinates(os, keep_dims_, "o", "ck");
     coordinates(os, red_dims_, "r", "cr");
     for (const auto& [v, name] : in_params_) {
+      if (dot_of(v)) {
+        os << "    const " << cuda_storage_type(g_.values[v].dtype) << " " << name << " = l."
+           << name << ";\n";
+        continue;
+      }
       const Op& o = op_of(v);
       os << "    const " << cuda_storage_type(o.dtype) << " " << name << " = ";
       if (o.info.scalar)
@@ -470,6 +567,7 @@ class Writer {
   std::vector<std::pair<ValueId, std::string>> in_params_, out_locals_;
   std::string reduced_local_;
   std::vector<Op> ops_;
+  std::vector<Dot> dots_;
   int32_t pointers_ = 0;
   std::vector<Dim> keep_dims_, red_dims_;
   int innermost_ = -1;
@@ -524,6 +622,14 @@ bool reduction_codegen_supports(const Graph& g, const Group& group, std::string*
   const int want_rank = red.attrs.keepdim ? rank : rank - reduced;
   if (out.shape.size() != want_rank || out.strides.size() != want_rank)
     return fail(op + ": result of unexpected rank " + std::to_string(out.shape.size()));
+  // Product members (fuse.cpp): each a small-K product of values from outside the group, read
+  // only inside it, over the group's shape.
+  for (size_t i = 0; i + 1 < group.nodes.size(); ++i) {
+    const Node& n = g.nodes[group.nodes[i]];
+    if (!is_product_member(n)) continue;
+    const std::string bad = product_member_problem(g, group, n, in.shape);
+    if (!bad.empty()) return fail("product member: " + bad);
+  }
   std::string reason;
   if (group.nodes.size() > 1 && !pointwise_codegen_supports(g, pointwise_part(g, group), &reason))
     return fail("pointwise members: " + reason);

@@ -26,7 +26,12 @@
 namespace ember::jit {
 
 // Bumped when the generated code changes meaning: part of the kernel cache key.
-inline constexpr int kReductionCodegenVersion = 2;
+inline constexpr int kReductionCodegenVersion = 3;
+
+// A group may hold products D = A B (mm, K <= this) of values from outside it whose result only
+// the group reads: each element is computed where it is used, as the eager SmallK kernels
+// compute it (kernels/cuda/small_gemm.h, kSmallGemmMaxK), and never stored.
+inline constexpr int64_t kReductionMaxProductK = 16;
 
 struct FusedReductionKernel {
   static constexpr const char* kKernel = "ember_fused_reduce";
@@ -60,8 +65,9 @@ struct FusedReductionKernel {
 
 // Whether the generator handles `group`: a Reduction group whose last member is sum, mean, amax
 // or amin (out of place, dtypes as the eager CUDA reduction accepts them) of an earlier member's
-// result, whose other members form a group the pointwise generator handles, and whose result is
-// a group output. On false, `why` (if given) says why.
+// result, whose other members form a group the pointwise generator handles (after leading small-K
+// products, see kReductionMaxProductK), and whose result is a group output. On false, `why` (if
+// given) says why.
 bool reduction_codegen_supports(const Graph& g, const Group& group, std::string* why = nullptr);
 
 // The kernel for a supported group (throws ember::Error otherwise). `sm_count` sizes the split

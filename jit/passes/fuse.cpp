@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "jit/passes.h"
+#include "jit/reduction_codegen.h"
 
 namespace ember::jit {
 namespace {
@@ -140,6 +141,7 @@ class Fuser {
       else if (is_fusable_reduce(n))
         place_reduction(k);
     }
+    absorb_small_k_products();
     finish();
   }
 
@@ -308,6 +310,55 @@ class Fuser {
     for (int64_t d : n.attrs.dims)
       if (d == nd - 1 || d == -1) return false;
     return true;
+  }
+
+  // A small-K product (a 10-class layer's input gradient, dO [M,10] x W2 [10,N]) whose result
+  // only one CUDA Reduction candidate reads joins it: the generated kernel computes each element
+  // where it is used, in the eager SmallK kernels' order (jit/reduction_codegen.h), so the
+  // [M,N] result is never written and read back, and the product is no launch of its own. Only
+  // where running the product at the group's position changes nothing: no node in between
+  // writes its operands. (The CPU runs groups chunked, without products.)
+  void absorb_small_k_products() {
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const auto p = static_cast<int32_t>(i);
+      const Node& n = g_.nodes[p];
+      if (n.op != OpId::mm || n.inplace || n.out == kNoValue || n.inputs.size() != 2) continue;
+      const ValueId v = n.out;
+      const Value& out = g_.values[v];
+      const Value& a = g_.values[n.inputs[0]];
+      const Value& b = g_.values[n.inputs[1]];
+      if (returned_[v] || g_.values[v].root != v || !out.device.is_cuda() || a.shape.size() != 2 ||
+          b.shape.size() != 2 || a.shape[1] < 1 || a.shape[1] > kReductionMaxProductK ||
+          a.dtype != out.dtype || b.dtype != out.dtype ||
+          (out.dtype != kFloat32 && out.dtype != kFloat64) || a.device != out.device ||
+          b.device != out.device || root_readers_[v].empty())
+        continue;
+      // Its own candidate, if any, must be an epilogue of nothing but it.
+      const int32_t own = member_[p];
+      if (own >= 0 &&
+          !(cands_[own].kind == GroupKind::GemmEpilogue && cands_[own].nodes.size() == 1))
+        continue;
+      const int32_t ci = member_[root_readers_[v].front()];
+      if (ci < 0 || ci == own) continue;
+      Candidate& c = cands_[ci];
+      if (c.kind != GroupKind::Reduction || c.shape != out.shape || c.device != out.device)
+        continue;
+      bool ok = true;
+      for (int32_t r : root_readers_[v]) ok = ok && member_[r] == ci;
+      for (size_t k = 0; k < writes_.size() && ok; ++k) ok = !contains(writes_[k], v);
+      const ValueId ra = a.root, rb = b.root;
+      for (int32_t k = p + 1; k <= c.nodes.back() && ok; ++k)
+        ok = !contains(writes_[k], ra) && !contains(writes_[k], rb);
+      for (int32_t m : c.nodes)
+        ok = ok && g_.nodes[m].out != n.inputs[0] && g_.nodes[m].out != n.inputs[1];
+      if (!ok) continue;
+      if (own >= 0) {
+        cands_[own].nodes.clear();  // dropped by finish()
+        cands_[own].kind = GroupKind::Pointwise;
+      }
+      c.nodes.insert(std::lower_bound(c.nodes.begin(), c.nodes.end(), p), p);
+      member_[p] = ci;
+    }
   }
 
   // Whether every member after the first reads an earlier member's output.

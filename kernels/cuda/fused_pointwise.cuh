@@ -100,6 +100,23 @@ __device__ __forceinline__ void fill(T (&dst)[V], T value) {
   for (int j = 0; j < V; ++j) dst[j] = value;
 }
 
+// One element of a product with K <= 16 folded into its consumers (a 10-class layer's input
+// gradient feeding the relu backward): A's row and B's column from their offsets, stepping by
+// their k strides, summed as the eager SmallK kernels sum (kernels/cuda/small_gemm.cuh:
+// acc = fma(A[i,k], B[k,j], acc) for k = 0..K-1, from 0), so the fused value has eager's bits.
+__device__ __forceinline__ float fma_of(float x, float y, float acc) { return fmaf(x, y, acc); }
+__device__ __forceinline__ double fma_of(double x, double y, double acc) { return fma(x, y, acc); }
+template <int K, class T, class I>
+__device__ __forceinline__ T small_k_dot(const char* a, I a_off, I a_step, const char* b, I b_off,
+                                         I b_step) {
+  const T* pa = reinterpret_cast<const T*>(a) + a_off;
+  const T* pb = reinterpret_cast<const T*>(b) + b_off;
+  T acc = T(0);
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc = fma_of(pa[k * a_step], pb[k * b_step], acc);
+  return acc;
+}
+
 // ---- the loop ---------------------------------------------------------------------------------
 // Calls f(i) for every work item i in [0, n), grid-stride. Index is unsigned 32-bit when the
 // generator proved every offset fits (cheaper division by the shape constants), else 64-bit.

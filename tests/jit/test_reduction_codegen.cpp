@@ -233,6 +233,119 @@ TEST_CASE("jit fuse: which lone sums become a group of their own", "[jit][codege
   }
 }
 
+// The relu backward of a hidden layer under a 10-class one: its incoming gradient is the small-K
+// product dO [M,K] x W2 [K,N], which only the relu backward reads.
+struct ProductGroup {
+  Builder b;
+  ValueId h, d_out, w2, prod, w, s;
+  ProductGroup(int64_t rows, int64_t k, int64_t cols, bool w2_transposed = false) {
+    h = b.input({rows, cols});
+    d_out = b.input({rows, k});
+    if (w2_transposed) {  // W2 as the transposed view of a [N,K] tensor (Linear's weight layout)
+      Attrs t;
+      t.dims = {1, 0};
+      w2 = b.op(OpId::permute, {b.input({cols, k})}, t);
+    } else {
+      w2 = b.input({k, cols});
+    }
+    prod = b.op(OpId::mm, {d_out, w2});
+    const ValueId mask = b.op(OpId::gt, {h, b.constant(0, kFloat32)});
+    w = b.op(OpId::where, {mask, prod, b.constant(0, kFloat32)});
+    s = b.reduce(OpId::sum, w, {0}, true);
+  }
+};
+
+TEST_CASE(
+    "reduction codegen: a small-K product feeding the relu backward is computed in the "
+    "kernel, never stored",
+    "[jit][codegen]") {
+  for (int64_t rows : {64, 8192})
+    for (bool transposed : {false, true}) {
+      INFO("rows " << rows << (transposed ? ", W2 transposed" : ""));
+      ProductGroup pg(rows, 10, 512, transposed);
+      const FusedReductionKernel k = pg.b.kernel({pg.w, pg.s});
+      const Group& grp = pg.b.g.groups[0];
+      REQUIRE(grp.nodes.size() == 4);  // mm, gt, where, sum
+      CHECK(pg.b.g.nodes[grp.nodes[0]].op == OpId::mm);
+      CHECK(std::find(grp.outputs.begin(), grp.outputs.end(), pg.prod) == grp.outputs.end());
+      // Operands: the sum and the where (outputs), h, dO and W2 (the product's operands), two
+      // inline scalars; nothing for the product's result.
+      REQUIRE(k.operands.size() == 7);
+      for (const FusedOperand& o : k.operands) CHECK(o.value != pg.prod);
+      CHECK(k.operands[3].value == pg.d_out);
+      CHECK(k.operands[4].value == pg.w2);
+      CHECK(k.columns);
+      CHECK(k.num_out == 512);
+      CHECK_HAS(k.source, "fp::small_k_dot<10, float>(a.p[3], ");
+      CHECK_HAS(k.source, ", a.p[4], ");
+      // Memory planned as one kernel: the product's [rows, 512] result has no buffer.
+      const std::optional<GroupStorage> how = cuda_lowering_storage(pg.b.g, grp);
+#if defined(EMBER_WITH_CUDA)
+      REQUIRE(how.has_value());
+      CHECK(*how == GroupStorage::None);
+#else
+      CHECK_FALSE(how.has_value());
+#endif
+      check_compiles(k);
+    }
+}
+
+TEST_CASE("jit fuse: which products join the reduction that reads them", "[jit][codegen]") {
+  struct Case {
+    const char* what;
+    int64_t k = 10;
+    bool returned = false, read_outside = false, cpu = false, half = false, written = false;
+    bool joined = false;
+  };
+  const Case cases[] = {
+      {"K = 10", 10, false, false, false, false, false, true},
+      {"K = 16", 16, false, false, false, false, false, true},
+      {"K = 17: eager's SmallK would not compute it", 17, false, false, false, false, false, false},
+      {"the product is returned", 10, true, false, false, false, false, false},
+      {"the product is read outside the group", 10, false, true, false, false, false, false},
+      {"on the CPU", 10, false, false, true, false, false, false},
+      {"float16", 10, false, false, false, true, false, false},
+      {"W2 written between the product and the group", 10, false, false, false, false, true, false},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Builder b;
+    const DType t = c.half ? kFloat16 : kFloat32;
+    const ValueId h = b.input({256, 64}, t);
+    const ValueId d_out = b.input({256, c.k}, t);
+    const ValueId w2 = b.input({c.k, 64}, t);
+    const ValueId prod = b.op(OpId::mm, {d_out, w2});
+    std::vector<ValueId> outs;
+    if (c.written) {  // w2 *= 2 in place, after the product, before the relu backward
+      Value v = b.g.values[w2];
+      v.kind = ValueKind::Node;
+      v.slot = -1;
+      Node n;
+      n.op = OpId::mul;
+      n.inputs = {w2, b.constant(2, t)};
+      n.out = b.g.add_value(v);
+      n.inplace = true;
+      n.inplace_of = w2;
+      b.g.add_node(std::move(n));
+    }
+    const ValueId mask = b.op(OpId::gt, {h, b.constant(0, t)});
+    const ValueId w = b.op(OpId::where, {mask, prod, b.constant(0, t)});
+    const ValueId s = b.reduce(OpId::sum, w, {0}, true);
+    outs.push_back(s);
+    if (c.returned) outs.push_back(prod);
+    if (c.read_outside) outs.push_back(b.op(OpId::neg, {prod}));
+    if (c.cpu)
+      for (Value& v : b.g.values) v.device = Device::cpu();
+    b.g.outputs = outs;
+    fuse(b.g);
+    const int32_t product_group = b.g.nodes[b.g.values[prod].producer].group;
+    const int32_t sum_group = b.g.nodes[b.g.values[s].producer].group;
+    REQUIRE(sum_group >= 0);
+    CHECK(b.g.groups[sum_group].kind == GroupKind::Reduction);
+    CHECK((product_group == sum_group) == c.joined);
+  }
+}
+
 TEST_CASE("reduction codegen: ne + sum to int64 over a vector", "[jit][codegen]") {
   for (int64_t n : {64, 8192, 100003}) {
     INFO(n);
@@ -533,6 +646,53 @@ TEST_CASE("reduction codegen: a lone column sum of a product is one generated ke
         check_close(got, ref, mag, 1e-6, "column sum vs float64");
         check_bitwise_equal(got, want, "column sum vs eager");
       }
+      check_lowered(before);
+    }
+}
+
+TEST_CASE("reduction codegen: a small-K product inside the relu backward gives eager's bits",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  // dH = where(h > 0, dO W2, 0) and its column sums: the product computed inside the generated
+  // kernel must sum as eager's SmallK kernel does, so both outputs equal eager's bit for bit.
+  for (Mode mode : {Mode::Default, Mode::ReduceOverhead})
+    for (const Shape& s :
+         std::vector<Shape>{{64, 10, 512}, {8192, 10, 512}, {33, 16, 70}, {5, 1, 3}}) {
+      const std::string what = s.str() + (mode == Mode::Default ? "" : " (graph replay)");
+      INFO(what);
+      const ReductionLoweringStats before = reduction_lowering_stats();
+      // W2 as Linear keeps it ([N,K], used transposed), as in the MLP's backward.
+      auto fn = [](const Tensor& h, const Tensor& d_out, const Tensor& w2t) {
+        const Tensor w = where(gt(h, 0.0), mm(d_out, w2t.t()), 0.0);
+        return std::vector<Tensor>{w, sum(w, {0}, true)};
+      };
+      auto compiled = jit::compile(fn, {.mode = mode, .fullgraph = true, .name = "relu_bwd"});
+      for (int call = 0; call < 5; ++call) {
+        const Tensor h = randn({s[0], s[2]}, kGpu);
+        const Tensor d_out = randn({s[0], s[1]}, kGpu);
+        const Tensor w2t = randn({s[2], s[1]}, kGpu);
+        const std::vector<Tensor> want = fn(h, d_out, w2t);
+        const std::vector<Tensor> got = compiled(h, d_out, w2t);
+        REQUIRE(got.size() == 2);
+        check_bitwise_equal(got[0], want[0], "masked product, call " + std::to_string(call));
+        check_bitwise_equal(got[1], want[1], "column sum, call " + std::to_string(call));
+        // And against float64: the product and its mask from the inputs alone.
+        const std::vector<double> hh = as_doubles(h), dd = as_doubles(d_out), ww = as_doubles(w2t);
+        std::vector<double> ref(static_cast<size_t>(s[0] * s[2])), mag(ref.size());
+        for (int64_t i = 0; i < s[0]; ++i)
+          for (int64_t j = 0; j < s[2]; ++j) {
+            double acc = 0, m = 0;
+            for (int64_t k = 0; k < s[1]; ++k) {
+              acc += dd[i * s[1] + k] * ww[j * s[1] + k];
+              m += std::abs(dd[i * s[1] + k] * ww[j * s[1] + k]);
+            }
+            const bool on = hh[i * s[2] + j] > 0;
+            ref[i * s[2] + j] = on ? acc : 0.0;
+            mag[i * s[2] + j] = on ? m : 0.0;
+          }
+        check_close(got[0], ref, mag, 1e-6, "masked product vs float64");
+      }
+      CHECK(compiled.stats().replays >= 2);
       check_lowered(before);
     }
 }
