@@ -180,6 +180,13 @@ Timing time_steps(const Workload& w, const std::string& mode, const std::vector<
       loss = t.step();
       total_us += 1e3 * ms_since(t0);
     }
+    if (s.dev.is_cuda()) {
+      // item() may return before its step's device work has ended (a graph replay's loss is
+      // read as soon as it exists): the sample ends when the device is done with its steps.
+      const auto t0 = Clock::now();
+      cuda::synchronize(s.dev.index);
+      total_us += 1e3 * ms_since(t0);
+    }
     samples.push_back(total_us / s.steps);
   }
   EMBER_CHECK(std::isfinite(loss), "ember_bench: the loss became ", loss);

@@ -48,6 +48,25 @@ int64_t graph_node_count(const Graph& graph);
 int capture_copy(void* dst, const void* src, size_t n, int device);
 void set_graph_copy(Graph& graph, int index, void* dst, const void* src, size_t n);
 
+// Early reads: a small value (a loss) that a captured graph copies into pinned host memory as
+// soon as the step producing it has run, on a branch of the graph beside the kernels after it.
+// item() on the tensor a replay returns then waits for that copy alone, not for the rest of the
+// step (the backward and the update keep the device busy while the host goes on).
+//  - make_early_read: the pinned slot of `bytes` (<= 8) and its completion event.
+//  - capture_early_read: during a capture, queues the copy of the slot's bytes from `src`
+//    after everything queued so far, off the main line of the graph (end_capture joins it).
+//  - note_early_launch: the replay's sequence number, after the launch of a graph holding it.
+//  - read_early: if `seq` is still the latest launch, waits for that copy, writes the value to
+//    `dst` and returns true (device errors flagged so far are raised as by a copy); false if a
+//    later launch has overwritten the slot (the caller reads the device memory instead).
+// One thread at a time per slot, like the executables that own them.
+struct EarlyRead;
+std::shared_ptr<EarlyRead> make_early_read(size_t bytes, int device);
+void capture_early_read(EarlyRead& r, const void* src, int device);
+uint64_t note_early_launch(EarlyRead& r);
+bool read_early(EarlyRead& r, uint64_t seq, void* dst, size_t bytes);
+int64_t early_reads_served();  // read_early calls that returned true, in this process
+
 // Device time of each part of a queued sequence, for profiles (EMBER_LOGS=perf). hold() queues
 // a kernel that keeps the stream busy for `ms`, so what is queued behind it runs back to back
 // once it ends: the time between two marks is then device time, not the host's launch gaps.

@@ -80,9 +80,14 @@ void read_one(const Tensor& t, void* dst) {
               ") cannot be converted to a scalar");
   if (t.device().is_cpu()) {
     std::memcpy(dst, t.raw_data(), t.element_size());
-  } else {
-    cuda::copy_device_to_host(dst, t.raw_data(), t.element_size(), t.device().index);
+    return;
   }
+  // A CUDA-graph replay's loss: its pinned copy, written as soon as the loss was computed.
+  Storage& st = *t.impl()->storage;
+  if (st.early && t.impl()->offset == 0 && st.version == st.early_version &&
+      cuda::read_early(*st.early, st.early_seq, dst, static_cast<size_t>(t.element_size())))
+    return;
+  cuda::copy_device_to_host(dst, t.raw_data(), t.element_size(), t.device().index);
 }
 
 template <class T>

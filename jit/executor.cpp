@@ -181,6 +181,15 @@ void Executor::build_steps() {
   std::vector<bool> bump(g_.values.size(), false);
   const bool cuda = computes_on_cuda(g_);
   std::vector<int32_t> group_done(g_.groups.size(), 0);
+  // The step that runs each node: a group's members run in the step pushed at its last member.
+  node_step_.assign(g_.nodes.size(), -1);
+  auto covered = [&](size_t ni, bool whole_group) {
+    const auto idx = static_cast<int32_t>(steps_.size()) - 1;
+    const int32_t gi = g_.nodes[ni].group;
+    if (whole_group && gi >= 0)
+      for (int32_t m : g_.groups[gi].nodes) node_step_[m] = idx;
+    node_step_[ni] = idx;
+  };
   for (size_t ni = 0; ni < g_.nodes.size(); ++ni) {
     const Node& n = g_.nodes[ni];
     g_.writes(n, roots);
@@ -208,6 +217,7 @@ void Executor::build_steps() {
         stats_.kernels += cpu_groups_.back()->kernel_calls_per_run();
         ++stats_.cpu_chunked_groups;
         steps_.push_back(std::move(s));
+        covered(ni, true);
         continue;
       }
     }
@@ -227,6 +237,7 @@ void Executor::build_steps() {
         lowered_.push_back(std::move(low));
         solo_groups_.push_back(std::move(solo));
         steps_.push_back(std::move(s));
+        covered(ni, false);
         continue;
       }
     }
@@ -237,6 +248,7 @@ void Executor::build_steps() {
       s.cpu_group = n.group;
       stats_.kernels += lowered_[n.group]->kernels();
       steps_.push_back(std::move(s));
+      covered(ni, true);
       continue;
     }
     Step s;
@@ -274,6 +286,7 @@ void Executor::build_steps() {
                 op_name(n.op), " has no memory (internal error)");
     ++stats_.kernels;
     steps_.push_back(std::move(s));
+    covered(ni, false);
   }
   for (size_t i = 0; i < bump.size(); ++i)
     if (bump[i]) written_external_.push_back(static_cast<ValueId>(i));
@@ -331,6 +344,10 @@ void Executor::run_steps(bool capturing, cuda::Timeline* timeline) {
         lowered_[s.cpu_group]->run();
         break;
     }
+    if (capturing)
+      for (const EarlyOut& e : early_outs_)
+        if (e.after_step == done - 1)
+          cuda::capture_early_read(*e.read, static_fresh_[e.fresh]->data, graph_device_);
   }
   if (timeline) timeline->mark(done);
 }
@@ -601,6 +618,24 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
       const Value& r = g_.values[fresh_roots_[f]];
       placeholders[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
     }
+  if (!early_planned_) {
+    early_planned_ = true;
+    std::vector<ValueId> roots;
+    for (size_t f = 0; f < fresh_roots_.size(); ++f) {
+      const Value& r = g_.values[fresh_roots_[f]];
+      const size_t n = static_fresh_[f]->nbytes;
+      if (!placeholders[f] || r.numel() != 1 || n == 0 || n > 8) continue;
+      int32_t last = -1;
+      for (size_t ni = 0; ni < g_.nodes.size(); ++ni) {
+        const Node& node = g_.nodes[ni];
+        g_.writes(node, roots);
+        const bool writes = (node.out != kNoValue && g_.values[node.out].root == fresh_roots_[f]) ||
+                            std::find(roots.begin(), roots.end(), fresh_roots_[f]) != roots.end();
+        if (writes) last = std::max(last, node_step_[ni]);
+      }
+      if (last >= 0) early_outs_.push_back({f, last, cuda::make_early_read(n, dev)});
+    }
+  }
   // Bound arguments stay in the slots only during the capture: holding them would keep a batch
   // alive into the next call.
   auto unbind_args = [&] {
@@ -673,6 +708,12 @@ void Executor::replay_graph(BoundGraph& bg, std::span<const Tensor> args,
                          static_fresh_[f]->nbytes);
   }
   cuda::launch_graph(graph, dev);
+  for (const EarlyOut& e : early_outs_) {
+    Storage& st = *copies[e.fresh];
+    st.early = e.read;
+    st.early_seq = cuda::note_early_launch(*e.read);
+    st.early_version = st.version;
+  }
   apply_effects();
   outputs.clear();
   for (ValueId o : g_.outputs) {

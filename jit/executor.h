@@ -163,6 +163,16 @@ class Executor {
   std::vector<int> input_copy_;            // the fallback's copy of each argument in (-1: none)
   std::vector<StoragePtr> static_fresh_;
   std::vector<StoragePtr> out_copies_;
+  // Returned scalars (a loss) that the graphs also copy to pinned host memory right after the
+  // step writing them, so item() need not wait for the rest of the replay (cuda::read_early).
+  struct EarlyOut {
+    size_t fresh = 0;        // index into fresh_roots_
+    int32_t after_step = 0;  // the last step writing it
+    std::shared_ptr<cuda::EarlyRead> read;
+  };
+  std::vector<EarlyOut> early_outs_;
+  bool early_planned_ = false;
+  std::vector<int32_t> node_step_;  // per node: the step that runs it
   Tensor rng_state_;
 };
 

@@ -32,6 +32,12 @@ void launch_graph(Graph&, int) { no_cuda("cuda::launch_graph"); }
 int64_t graph_node_count(const Graph&) { return 0; }
 int capture_copy(void*, const void*, size_t, int) { no_cuda("cuda::capture_copy"); }
 void set_graph_copy(Graph&, int, void*, const void*, size_t) { no_cuda("cuda::set_graph_copy"); }
+struct EarlyRead {};
+std::shared_ptr<EarlyRead> make_early_read(size_t, int) { no_cuda("cuda::make_early_read"); }
+void capture_early_read(EarlyRead&, const void*, int) { no_cuda("cuda::capture_early_read"); }
+uint64_t note_early_launch(EarlyRead&) { no_cuda("cuda::note_early_launch"); }
+bool read_early(EarlyRead&, uint64_t, void*, size_t) { return false; }
+int64_t early_reads_served() { return 0; }
 struct Timeline::Impl {};
 Timeline::Timeline(int, int) { no_cuda("cuda::Timeline"); }
 Timeline::~Timeline() = default;

@@ -2,6 +2,9 @@
 // Thread-local capture mode: another thread's unrelated CUDA calls neither join nor break it.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -23,14 +26,90 @@ struct Graph {
 
 void GraphDeleter::operator()(Graph* g) const { delete g; }
 
+struct EarlyRead {
+  void* host = nullptr;  // pinned slot
+  cudaEvent_t done = nullptr;
+  size_t bytes = 0;
+  int device = 0;
+  uint64_t launched = 0;  // launches of graphs writing the slot
+  ~EarlyRead() {
+    if (done) (void)cudaEventDestroy(done);
+    if (host) (void)cudaFreeHost(host);
+  }
+};
+
 namespace {
 // The copy nodes of the capture under way on this thread (captures are thread-local).
 thread_local std::vector<cudaGraphNode_t> pending_copies;
+
+// The side branch of this thread's captures on one device: early reads are queued on `stream`
+// after waiting for the main stream (fork), and end_capture joins it back.
+struct Side {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  bool used = false;
+};
+constexpr int kMaxSideDevices = 64;
+thread_local Side sides[kMaxSideDevices];
+
+Side& side(int device) {
+  EMBER_CHECK(device >= 0 && device < kMaxSideDevices, "cuda: device ", device, " out of range");
+  Side& s = sides[device];
+  if (!s.stream) {
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming));
+  }
+  return s;
+}
 }  // namespace
+
+std::shared_ptr<EarlyRead> make_early_read(size_t bytes, int device) {
+  EMBER_CHECK(bytes > 0 && bytes <= 8, "cuda::make_early_read: ", bytes, " bytes (1..8)");
+  kernels::cuda::DeviceGuard guard(device);
+  auto r = std::make_shared<EarlyRead>();
+  r->bytes = bytes;
+  r->device = device;
+  EMBER_CUDA_CHECK(cudaHostAlloc(&r->host, 8, cudaHostAllocDefault));
+  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+  return r;
+}
+
+void capture_early_read(EarlyRead& r, const void* src, int device) {
+  kernels::cuda::DeviceGuard guard(device);
+  cudaStream_t main = kernels::cuda::stream(device);
+  Side& sd = side(device);
+  EMBER_CUDA_CHECK(cudaEventRecord(sd.fork, main));
+  EMBER_CUDA_CHECK(cudaStreamWaitEvent(sd.stream, sd.fork, 0));
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(r.host, src, r.bytes, cudaMemcpyDeviceToHost, sd.stream));
+  // External: a node of the graph that records `done` at each launch, not a capture dependency.
+  EMBER_CUDA_CHECK(cudaEventRecordWithFlags(r.done, sd.stream, cudaEventRecordExternal));
+  sd.used = true;
+}
+
+uint64_t note_early_launch(EarlyRead& r) { return ++r.launched; }
+
+namespace {
+std::atomic<int64_t> g_early_served{0};
+}
+int64_t early_reads_served() { return g_early_served.load(std::memory_order_relaxed); }
+
+bool read_early(EarlyRead& r, uint64_t seq, void* dst, size_t bytes) {
+  if (seq != r.launched || bytes != r.bytes) return false;
+  kernels::cuda::DeviceGuard guard(r.device);
+  EMBER_CUDA_CHECK(cudaEventSynchronize(r.done));
+  std::memcpy(dst, r.host, bytes);
+  kernels::cuda::check_device_error(r.device);
+  g_early_served.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
 
 void begin_capture(int device) {
   kernels::cuda::DeviceGuard guard(device);
   pending_copies.clear();
+  // The side branch's stream and events exist before the capture begins (creating them inside
+  // it is not a capturable call).
+  side(device).used = false;
   EMBER_CUDA_CHECK(
       cudaStreamBeginCapture(kernels::cuda::stream(device), cudaStreamCaptureModeThreadLocal));
 }
@@ -38,8 +117,17 @@ void begin_capture(int device) {
 GraphPtr end_capture(int device) {
   kernels::cuda::DeviceGuard guard(device);
   GraphPtr g(new Graph);
+  cudaStream_t main = kernels::cuda::stream(device);
+  if (device >= 0 && device < kMaxSideDevices && sides[device].used) {
+    // Join the early reads' branch (a capture must end on the stream that began it with every
+    // forked stream joined); if that fails, the end below still ends the capture.
+    Side& sd = sides[device];
+    sd.used = false;
+    if (cudaEventRecord(sd.join, sd.stream) == cudaSuccess)
+      (void)cudaStreamWaitEvent(main, sd.join, 0);
+  }
   // Ends the capture even when something inside it failed, so the stream is usable again.
-  EMBER_CUDA_CHECK(cudaStreamEndCapture(kernels::cuda::stream(device), &g->graph));
+  EMBER_CUDA_CHECK(cudaStreamEndCapture(main, &g->graph));
   EMBER_CHECK(g->graph != nullptr, "cuda::end_capture: the capture produced no graph");
   size_t n = 0;
   EMBER_CUDA_CHECK(cudaGraphGetNodes(g->graph, nullptr, &n));

@@ -189,3 +189,56 @@ TEST_CASE("jit: arguments at new addresses every call leave ReduceOverhead one c
   CHECK(f.stats().graph_captures == captures_at_24);
   CHECK(f.stats().graph_replays >= 28);
 }
+
+TEST_CASE("jit: item() on a ReduceOverhead loss reads the copy made right after the loss",
+          "[jit][cuda]") {
+  // The graph copies the loss to pinned host memory as soon as the cross entropy has run, so
+  // item() returns while the backward and the update still run. Its value must be the loss's,
+  // bit for bit eager's; a loss read after later replays, or changed in place, must still give
+  // its own value (from device memory then).
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  const int steps = 16;
+  std::vector<float> eager_now, graph_now;
+  std::vector<Tensor> graph_losses;
+  int64_t served = 0;
+  for (bool compiled : {false, true}) {
+    manual_seed(31);
+    Net model(0.0);
+    model->to(dev);
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
+    nn::CrossEntropyLoss crit;
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = crit(model(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    auto fast = jit::compile(step, {.mode = jit::Mode::ReduceOverhead, .fullgraph = true});
+    const int64_t before = cuda::early_reads_served();
+    for (int i = 0; i < steps; ++i) {
+      const Tensor x = randn({32, 40}, dev), y = randint(0, 7, {32}, dev);
+      const Tensor loss = compiled ? fast(x, y) : step(x, y);
+      (compiled ? graph_now : eager_now).push_back(loss.item<float>());
+      if (compiled) graph_losses.push_back(loss);
+    }
+    if (compiled) {
+      served = cuda::early_reads_served() - before;
+      CHECK(fast.stats().graph_replays >= steps - 5);
+    }
+  }
+  // Every graph replay's item() was served early (calls 1-4 trace or replay plainly).
+  CHECK(served >= steps - 5);
+  for (int i = 0; i < steps; ++i) {
+    INFO("step " << i + 1);
+    CHECK(graph_now[i] == eager_now[i]);
+    // Read again now, after later replays overwrote the pinned slot: from device memory.
+    CHECK(graph_losses[i].item<float>() == eager_now[i]);
+    CHECK(graph_losses[i].to_vector<float>()[0] == eager_now[i]);
+  }
+  // Changed in place after the replay: item() sees the change, not the early copy.
+  Tensor last = graph_losses.back();
+  last.mul_(2.0);
+  CHECK(last.item<float>() == 2.0f * eager_now.back());
+}
