@@ -48,6 +48,20 @@ int64_t graph_node_count(const Graph& graph);
 int capture_copy(void* dst, const void* src, size_t n, int device);
 void set_graph_copy(Graph& graph, int index, void* dst, const void* src, size_t n);
 
+// Concurrent branches of a capture: steps that do not depend on each other are queued on
+// different streams, so the graph holds them as parallel branches (a bias gradient beside the
+// weight gradient). Branch 0 is the main stream; branches 1..n are side streams forked from it
+// when the capture begins; end_capture joins them all. Events are numbered per capture.
+//  - prepare_capture_branches: before begin_capture, makes n side streams and `events` events.
+//  - use_capture_branch: launches on this thread for `device` go to branch b from now on
+//    (cuBLAS handle calls excepted: only launches that fetch Ember's stream per call move).
+//  - capture_signal / capture_wait: event e recorded after branch b's work so far / branch b
+//    waits for event e.
+void prepare_capture_branches(int device, int sides, int events);
+void use_capture_branch(int device, int branch);
+void capture_signal(int device, int branch, int event);
+void capture_wait(int device, int branch, int event);
+
 // Early reads: a small value (a loss) that a captured graph copies into pinned host memory as
 // soon as the step producing it has run, on a branch of the graph beside the kernels after it.
 // item() on the tensor a replay returns then waits for that copy alone, not for the rest of the

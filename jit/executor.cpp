@@ -319,8 +319,20 @@ void Executor::run_steps(bool capturing, cuda::Timeline* timeline) {
     timeline->mark(0);
   }
   int done = 0;
+  const bool branched = capturing && branch_sides_ > 0;
+  if (branched) {
+    // The side branches start after what the main stream queued so far (argument copies).
+    const int fork = static_cast<int>(steps_.size()) + branch_sides_;
+    cuda::capture_signal(graph_device_, 0, fork);
+    for (int b = 1; b <= branch_sides_; ++b) cuda::capture_wait(graph_device_, b, fork);
+  }
   for (Step& s : steps_) {
     if (timeline && done > 0) timeline->mark(done);
+    if (branched) {
+      const int b = step_branch_[done];
+      cuda::use_capture_branch(graph_device_, b);
+      for (int32_t e : step_waits_[done]) cuda::capture_wait(graph_device_, b, e);
+    }
     ++done;
     switch (s.kind) {
       case StepKind::Kernel:
@@ -348,6 +360,17 @@ void Executor::run_steps(bool capturing, cuda::Timeline* timeline) {
       for (const EarlyOut& e : early_outs_)
         if (e.after_step == done - 1)
           cuda::capture_early_read(*e.read, static_fresh_[e.fresh]->data, graph_device_);
+    if (branched && step_signals_[done - 1])
+      cuda::capture_signal(graph_device_, step_branch_[done - 1], done - 1);
+  }
+  if (branched) {
+    // Join the side branches before what follows (the output copies read what they wrote).
+    const auto n = static_cast<int32_t>(steps_.size());
+    for (int b = 1; b <= branch_sides_; ++b) {
+      cuda::capture_signal(graph_device_, b, n + b - 1);
+      cuda::capture_wait(graph_device_, 0, n + b - 1);
+    }
+    cuda::use_capture_branch(graph_device_, 0);
   }
   if (timeline) timeline->mark(done);
 }
@@ -643,6 +666,10 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
     for (const std::vector<ValueId>& members : input_members_)
       for (ValueId v : members) slots_[v]->storage.reset();
   };
+  plan_branches();
+  if (branch_sides_ > 0)
+    cuda::prepare_capture_branches(dev, branch_sides_,
+                                   static_cast<int>(steps_.size()) + branch_sides_ + 1);
   cuda::begin_capture(dev);
   try {
     // The argument copies are the graph's first nodes and the output copies its last, so a
@@ -680,6 +707,102 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
                        (copy_args_ ? "arguments copied in" : "arguments read in place") + ", " +
                        std::to_string(graphs_.size()) + " kept)");
   return &graphs_.front();
+}
+
+// Which steps of the captured graph may run side by side. Two steps conflict when one writes
+// bytes the other reads or writes (address ranges of the roots they touch, as bound for this
+// capture, so buffers the memory plan reuses count as the same bytes). Steps that are not
+// self-contained (eager kernels, GEMMs, the cross entropy: they share the device's workspace
+// and scratch) stay on the main stream in order; a self-contained step (a generated pointwise or
+// reduction kernel) goes to a side branch unless it could overlap nothing there. A step waits
+// for the events of the conflicting earlier steps on other branches.
+void Executor::plan_branches() {
+  const size_t n = steps_.size();
+  step_branch_.assign(n, 0);
+  step_waits_.assign(n, {});
+  step_signals_.assign(n, 0);
+  branch_sides_ = 0;
+  struct Range {
+    uintptr_t lo, hi;
+  };
+  std::vector<std::vector<Range>> reads(n), writes(n);
+  auto range_of = [&](ValueId v, std::vector<Range>& out) {
+    const ValueId r = g_.values[v].root;
+    const TensorImpl& t = *slots_[r];
+    if (!t.storage || !t.storage->data) return;  // internal to a fused group: never in memory
+    const auto lo = reinterpret_cast<uintptr_t>(t.data());
+    const auto bytes =
+        static_cast<uintptr_t>(g_.values[r].numel() * element_size(g_.values[r].dtype));
+    if (bytes > 0) out.push_back({lo, lo + bytes});
+  };
+  std::vector<ValueId> roots;
+  for (size_t ni = 0; ni < g_.nodes.size(); ++ni) {
+    const int32_t si = node_step_[ni];
+    if (si < 0) continue;
+    const Node& nd = g_.nodes[ni];
+    for (ValueId in : nd.inputs) range_of(in, reads[si]);
+    if (nd.out != kNoValue) range_of(nd.out, writes[si]);
+    g_.writes(nd, roots);
+    for (ValueId r : roots) range_of(r, writes[si]);
+  }
+  auto overlap = [](const std::vector<Range>& a, const std::vector<Range>& b) {
+    for (const Range& x : a)
+      for (const Range& y : b)
+        if (x.lo < y.hi && y.lo < x.hi) return true;
+    return false;
+  };
+  std::vector<char> contained(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    contained[i] = steps_[i].kind == StepKind::Lowered && lowered_[steps_[i].cpu_group] &&
+                   lowered_[steps_[i].cpu_group]->self_contained();
+  // deps[j]: earlier steps j must follow.
+  std::vector<std::vector<int32_t>> deps(n);
+  for (size_t j = 0; j < n; ++j)
+    for (size_t i = 0; i < j; ++i)
+      if (overlap(writes[i], reads[j]) || overlap(writes[i], writes[j]) ||
+          overlap(reads[i], writes[j]))
+        deps[j].push_back(static_cast<int32_t>(i));
+  auto depends = [&](size_t j, int32_t i) {
+    return std::find(deps[j].begin(), deps[j].end(), i) != deps[j].end();
+  };
+  std::vector<int32_t> last_on(kSideBranches + 1, -1);  // per branch: its latest step
+  for (size_t j = 0; j < n; ++j) {
+    int b = 0;
+    if (contained[j]) {
+      // Main when it would wait for the main stream's latest step and the next main step waits
+      // for it: then it overlaps nothing.
+      size_t next = j + 1;
+      while (next < n && contained[next]) ++next;
+      const bool after_main = last_on[0] < 0 || depends(j, last_on[0]);
+      const bool before_main = next < n && depends(next, static_cast<int32_t>(j));
+      if (!(after_main && before_main)) {
+        b = 1;
+        for (int k = 1; k <= kSideBranches; ++k)  // a side that already ran a step it needs
+          if (last_on[k] >= 0 && depends(j, last_on[k])) {
+            b = k;
+            break;
+          }
+        if (b == 1 && !(last_on[1] >= 0 && depends(j, last_on[1])))
+          for (int k = 1; k <= kSideBranches; ++k)  // else the side idle the longest
+            if (last_on[k] < last_on[b]) b = k;
+        branch_sides_ = std::max(branch_sides_, b);
+      }
+    }
+    step_branch_[j] = static_cast<int8_t>(b);
+    for (int32_t i : deps[j])
+      if (step_branch_[i] != b) {
+        step_waits_[j].push_back(i);
+        step_signals_[i] = 1;
+      }
+    last_on[b] = static_cast<int32_t>(j);
+  }
+  if (branch_sides_ == 0) return;
+  if (log_enabled(Log::perf)) {
+    std::ostringstream os;
+    os << "CUDA graph branches:";
+    for (size_t j = 0; j < n; ++j) os << " " << j << "@" << int{step_branch_[j]};
+    log(Log::perf, os.str());
+  }
 }
 
 void Executor::replay_graph(BoundGraph& bg, std::span<const Tensor> args,

@@ -173,6 +173,14 @@ class Executor {
   std::vector<EarlyOut> early_outs_;
   bool early_planned_ = false;
   std::vector<int32_t> node_step_;  // per node: the step that runs it
+  // Concurrent branches of the captured graph (plan_branches): per step, its branch (0: the
+  // main stream), the steps whose events it waits for, and whether later steps wait for it.
+  static constexpr int kSideBranches = 2;
+  void plan_branches();
+  std::vector<int8_t> step_branch_;
+  std::vector<std::vector<int32_t>> step_waits_;
+  std::vector<char> step_signals_;
+  int32_t branch_sides_ = 0;  // side branches the plan uses
   Tensor rng_state_;
 };
 

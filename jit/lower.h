@@ -22,6 +22,10 @@ class LoweredGroup {
   virtual void run() = 0;
   virtual int32_t kernels() const = 0;       // launches per run
   virtual std::string describe() const = 0;  // one line for logs and explain
+  // Whether its launches touch nothing but the group's own operands and scratch of its own, so
+  // a CUDA graph may run it beside unrelated steps. False for anything using a device's shared
+  // scratch (the cuBLAS workspace, the finish scratch) or the cuBLAS handle's fixed stream.
+  virtual bool self_contained() const { return false; }
 };
 
 struct LoweringContext {

@@ -108,6 +108,7 @@ class PointwiseLowering final : public LoweredGroup {
   }
 
   int32_t kernels() const override { return kernel_.numel == 0 ? 0 : 1; }
+  bool self_contained() const override { return true; }
   std::string describe() const override { return "nvrtc pointwise kernel: " + kernel_.summary; }
 
  private:

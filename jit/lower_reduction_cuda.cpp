@@ -93,6 +93,7 @@ class ReductionLowering final : public LoweredGroup {
   }
 
   int32_t kernels() const override { return 1; }
+  bool self_contained() const override { return true; }
   std::string describe() const override { return "nvrtc reduction kernel: " + kernel_.summary; }
 
  private:

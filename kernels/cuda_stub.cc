@@ -32,6 +32,10 @@ void launch_graph(Graph&, int) { no_cuda("cuda::launch_graph"); }
 int64_t graph_node_count(const Graph&) { return 0; }
 int capture_copy(void*, const void*, size_t, int) { no_cuda("cuda::capture_copy"); }
 void set_graph_copy(Graph&, int, void*, const void*, size_t) { no_cuda("cuda::set_graph_copy"); }
+void prepare_capture_branches(int, int, int) { no_cuda("cuda::prepare_capture_branches"); }
+void use_capture_branch(int, int) { no_cuda("cuda::use_capture_branch"); }
+void capture_signal(int, int, int) { no_cuda("cuda::capture_signal"); }
+void capture_wait(int, int, int) { no_cuda("cuda::capture_wait"); }
 struct EarlyRead {};
 std::shared_ptr<EarlyRead> make_early_read(size_t, int) { no_cuda("cuda::make_early_read"); }
 void capture_early_read(EarlyRead&, const void*, int) { no_cuda("cuda::capture_early_read"); }

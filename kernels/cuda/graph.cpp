@@ -62,7 +62,68 @@ Side& side(int device) {
   }
   return s;
 }
+// The concurrent branches of this thread's capture on one device (prepare_capture_branches).
+struct Branches {
+  cudaStream_t main = nullptr;
+  std::vector<cudaStream_t> sides;
+  std::vector<cudaEvent_t> joins;  // one per side, for end_capture
+  std::vector<cudaEvent_t> events;
+  cudaEvent_t fork = nullptr;
+  int active = 0;  // sides of the capture under way
+};
+thread_local Branches branches[kMaxSideDevices];
+
+Branches& branches_of(int device) {
+  EMBER_CHECK(device >= 0 && device < kMaxSideDevices, "cuda: device ", device, " out of range");
+  return branches[device];
+}
+
+cudaStream_t branch_stream(Branches& b, int branch) {
+  EMBER_CHECK(branch >= 0 && branch <= b.active, "cuda: capture branch ", branch, " of ", b.active);
+  return branch == 0 ? b.main : b.sides[static_cast<size_t>(branch - 1)];
+}
 }  // namespace
+
+void prepare_capture_branches(int device, int sides, int events) {
+  kernels::cuda::DeviceGuard guard(device);
+  Branches& b = branches_of(device);
+  b.main = kernels::cuda::stream(device);
+  if (!b.fork) EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+  while (static_cast<int>(b.sides.size()) < sides) {
+    cudaStream_t st = nullptr;
+    cudaEvent_t j = nullptr;
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&j, cudaEventDisableTiming));
+    b.sides.push_back(st);
+    b.joins.push_back(j);
+  }
+  while (static_cast<int>(b.events.size()) < events) {
+    cudaEvent_t e = nullptr;
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    b.events.push_back(e);
+  }
+  b.active = sides;
+}
+
+void use_capture_branch(int device, int branch) {
+  Branches& b = branches_of(device);
+  kernels::cuda::set_launch_stream(device, branch == 0 ? nullptr : branch_stream(b, branch));
+}
+
+void capture_signal(int device, int branch, int event) {
+  Branches& b = branches_of(device);
+  EMBER_CHECK(event >= 0 && event < static_cast<int>(b.events.size()), "cuda: capture event ",
+              event, " of ", b.events.size());
+  EMBER_CUDA_CHECK(cudaEventRecord(b.events[static_cast<size_t>(event)], branch_stream(b, branch)));
+}
+
+void capture_wait(int device, int branch, int event) {
+  Branches& b = branches_of(device);
+  EMBER_CHECK(event >= 0 && event < static_cast<int>(b.events.size()), "cuda: capture event ",
+              event, " of ", b.events.size());
+  EMBER_CUDA_CHECK(
+      cudaStreamWaitEvent(branch_stream(b, branch), b.events[static_cast<size_t>(event)], 0));
+}
 
 std::shared_ptr<EarlyRead> make_early_read(size_t bytes, int device) {
   EMBER_CHECK(bytes > 0 && bytes <= 8, "cuda::make_early_read: ", bytes, " bytes (1..8)");
@@ -112,12 +173,27 @@ void begin_capture(int device) {
   side(device).used = false;
   EMBER_CUDA_CHECK(
       cudaStreamBeginCapture(kernels::cuda::stream(device), cudaStreamCaptureModeThreadLocal));
+  // Prepared side branches join the capture by waiting for its start.
+  Branches& b = branches_of(device);
+  if (b.active > 0) {
+    EMBER_CUDA_CHECK(cudaEventRecord(b.fork, b.main));
+    for (int i = 0; i < b.active; ++i)
+      EMBER_CUDA_CHECK(cudaStreamWaitEvent(b.sides[static_cast<size_t>(i)], b.fork, 0));
+  }
 }
 
 GraphPtr end_capture(int device) {
   kernels::cuda::DeviceGuard guard(device);
   GraphPtr g(new Graph);
+  kernels::cuda::set_launch_stream(device, nullptr);
   cudaStream_t main = kernels::cuda::stream(device);
+  Branches& br = branches_of(device);
+  for (int i = 0; i < br.active; ++i) {  // join every side branch (ignored errors: see below)
+    const auto k = static_cast<size_t>(i);
+    if (cudaEventRecord(br.joins[k], br.sides[k]) == cudaSuccess)
+      (void)cudaStreamWaitEvent(main, br.joins[k], 0);
+  }
+  br.active = 0;
   if (device >= 0 && device < kMaxSideDevices && sides[device].used) {
     // Join the early reads' branch (a capture must end on the stream that began it with every
     // forked stream joined); if that fails, the end below still ends the capture.

@@ -152,7 +152,21 @@ DeviceGuard::~DeviceGuard() {
   if (prev_ >= 0) (void)cudaSetDevice(prev_);
 }
 
-cudaStream_t stream(int dev) { return ready(dev).stream; }
+namespace {
+// A capture's side branch in use on this thread (see set_launch_stream).
+thread_local int t_launch_dev = -1;
+thread_local cudaStream_t t_launch_stream = nullptr;
+}  // namespace
+
+cudaStream_t stream(int dev) {
+  if (dev == t_launch_dev) return t_launch_stream;
+  return ready(dev).stream;
+}
+
+void set_launch_stream(int dev, cudaStream_t s) {
+  t_launch_dev = s ? dev : -1;
+  t_launch_stream = s;
+}
 int sm_count(int dev) { return ready(dev).sm_count; }
 
 cublasHandle_t cublas_handle(int dev) {

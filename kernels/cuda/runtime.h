@@ -54,6 +54,9 @@ class DeviceGuard {
 // call of that device goes here, which is what lets the caching allocator reuse a freed block
 // at once.
 cudaStream_t stream(int dev);
+// While a CUDA graph is captured with concurrent branches (core/cuda_runtime.h,
+// use_capture_branch), stream(dev) answers this thread's branch stream instead; null restores it.
+void set_launch_stream(int dev, cudaStream_t s);
 int sm_count(int dev);  // multiprocessors, for sizing grids
 
 // The cuBLAS handle is bound to stream(dev) and the workspace below, in the default math mode (a
