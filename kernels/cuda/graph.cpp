@@ -9,6 +9,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "kernels/cuda/early_read.h"
 #include "kernels/cuda/runtime.h"
 
 namespace ember::cuda {
@@ -18,6 +19,12 @@ struct Graph {
   cudaGraphExec_t exec = nullptr;
   int64_t nodes = 0;
   std::vector<cudaGraphNode_t> copies;  // capture_copy's nodes, by index
+  struct Ends {
+    void* dst;
+    const void* src;
+    size_t n;
+  };
+  std::vector<Ends> ends;  // where each copy points now (set_graph_copy skips a no-op)
   ~Graph() {
     if (exec) (void)cudaGraphExecDestroy(exec);
     if (graph) (void)cudaGraphDestroy(graph);
@@ -26,21 +33,10 @@ struct Graph {
 
 void GraphDeleter::operator()(Graph* g) const { delete g; }
 
-struct EarlyRead {
-  void* host = nullptr;  // pinned slot
-  cudaEvent_t done = nullptr;
-  size_t bytes = 0;
-  int device = 0;
-  uint64_t launched = 0;  // launches of graphs writing the slot
-  ~EarlyRead() {
-    if (done) (void)cudaEventDestroy(done);
-    if (host) (void)cudaFreeHost(host);
-  }
-};
-
 namespace {
 // The copy nodes of the capture under way on this thread (captures are thread-local).
 thread_local std::vector<cudaGraphNode_t> pending_copies;
+thread_local std::vector<Graph::Ends> pending_ends;
 
 // The side branch of this thread's captures on one device: early reads are queued on `stream`
 // after waiting for the main stream (fork), and end_capture joins it back.
@@ -125,49 +121,21 @@ void capture_wait(int device, int branch, int event) {
       cudaStreamWaitEvent(branch_stream(b, branch), b.events[static_cast<size_t>(event)], 0));
 }
 
-std::shared_ptr<EarlyRead> make_early_read(size_t bytes, int device) {
-  EMBER_CHECK(bytes > 0 && bytes <= 8, "cuda::make_early_read: ", bytes, " bytes (1..8)");
-  kernels::cuda::DeviceGuard guard(device);
-  auto r = std::make_shared<EarlyRead>();
-  r->bytes = bytes;
-  r->device = device;
-  EMBER_CUDA_CHECK(cudaHostAlloc(&r->host, 8, cudaHostAllocDefault));
-  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
-  return r;
-}
-
-void capture_early_read(EarlyRead& r, const void* src, int device) {
-  kernels::cuda::DeviceGuard guard(device);
-  cudaStream_t main = kernels::cuda::stream(device);
+// Forks the early reads' side branch from the stream of the step just queued: what is queued
+// on the returned stream runs after that step, beside the steps after it (end_capture joins).
+cudaStream_t fork_early_branch(int device) {
+  cudaStream_t from = kernels::cuda::stream(device);
   Side& sd = side(device);
-  EMBER_CUDA_CHECK(cudaEventRecord(sd.fork, main));
+  EMBER_CUDA_CHECK(cudaEventRecord(sd.fork, from));
   EMBER_CUDA_CHECK(cudaStreamWaitEvent(sd.stream, sd.fork, 0));
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(r.host, src, r.bytes, cudaMemcpyDeviceToHost, sd.stream));
-  // External: a node of the graph that records `done` at each launch, not a capture dependency.
-  EMBER_CUDA_CHECK(cudaEventRecordWithFlags(r.done, sd.stream, cudaEventRecordExternal));
   sd.used = true;
-}
-
-uint64_t note_early_launch(EarlyRead& r) { return ++r.launched; }
-
-namespace {
-std::atomic<int64_t> g_early_served{0};
-}
-int64_t early_reads_served() { return g_early_served.load(std::memory_order_relaxed); }
-
-bool read_early(EarlyRead& r, uint64_t seq, void* dst, size_t bytes) {
-  if (seq != r.launched || bytes != r.bytes) return false;
-  kernels::cuda::DeviceGuard guard(r.device);
-  EMBER_CUDA_CHECK(cudaEventSynchronize(r.done));
-  std::memcpy(dst, r.host, bytes);
-  kernels::cuda::check_device_error(r.device);
-  g_early_served.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return sd.stream;
 }
 
 void begin_capture(int device) {
   kernels::cuda::DeviceGuard guard(device);
   pending_copies.clear();
+  pending_ends.clear();
   // The side branch's stream and events exist before the capture begins (creating them inside
   // it is not a capturable call).
   side(device).used = false;
@@ -210,7 +178,9 @@ GraphPtr end_capture(int device) {
   g->nodes = static_cast<int64_t>(n);
   EMBER_CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
   g->copies = std::move(pending_copies);
+  g->ends = std::move(pending_ends);
   pending_copies.clear();
+  pending_ends.clear();
   return g;
 }
 
@@ -227,6 +197,7 @@ int capture_copy(void* dst, const void* src, size_t n, int device) {
   EMBER_CHECK(status == cudaStreamCaptureStatusActive && ndeps == 1,
               "cuda::capture_copy: called outside a capture of device ", device);
   pending_copies.push_back(deps[0]);
+  pending_ends.push_back({dst, src, n});
   return static_cast<int>(pending_copies.size()) - 1;
 }
 
@@ -234,8 +205,13 @@ void set_graph_copy(Graph& graph, int index, void* dst, const void* src, size_t 
   EMBER_CHECK(index >= 0 && static_cast<size_t>(index) < graph.copies.size(),
               "cuda::set_graph_copy: no copy ", index, " in this graph (", graph.copies.size(),
               " copies)");
+  // A loop that frees each step's tensors before the next gets the same blocks back: then the
+  // copy already points there, and the update (about a microsecond of host time) is skipped.
+  Graph::Ends& e = graph.ends[static_cast<size_t>(index)];
+  if (e.dst == dst && e.src == src && e.n == n) return;
   EMBER_CUDA_CHECK(cudaGraphExecMemcpyNodeSetParams1D(graph.exec, graph.copies[index], dst, src, n,
                                                       cudaMemcpyDeviceToDevice));
+  e = {dst, src, n};
 }
 
 void launch_graph(Graph& graph, int device) {
