@@ -78,14 +78,7 @@ TilePlan tile_plan(int64_t m, int64_t n, int64_t k, bool clusters) {
   TilePlan t;
   t.bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
   t.bn = t.bm == 16 ? 32 : 64;
-  int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
-  // Few 64x64 tiles (the batch-64 forward, [64,784]x[784,512]: 8 of them) are split over k
-  // anyway; 64x32 tiles give the split twice the blocks (128 for 132 SMs), each with half the
-  // shared-memory reads of B. The slices, and so the order of the sum, do not change.
-  if (clusters && t.bm == 64 && tiles < 32) {
-    t.bn = 32;
-    tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
-  }
+  const int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
   int64_t s = 1;
   if (clusters && tiles < 64) s = std::max<int64_t>(1, std::min<int64_t>({8, 128 / tiles, k / 64}));
   t.slice = static_cast<int>(ceil_div(ceil_div(k, s), 4) * 4);
@@ -135,8 +128,6 @@ void tiled(const dev::SmallGemmArgs<float>& p, int device, cudaStream_t s) {
     launch_tiled<16, 32>(p, t, a_k, b_k, s);
   } else if (t.bm == 32) {
     launch_tiled<32, 64>(p, t, a_k, b_k, s);
-  } else if (t.bn == 32) {
-    launch_tiled<64, 32>(p, t, a_k, b_k, s);
   } else {
     launch_tiled<64, 64>(p, t, a_k, b_k, s);
   }
