@@ -45,7 +45,9 @@ int64_t graph_node_count(const Graph& graph);
 // returns its index in the graph end_capture makes; set_graph_copy points that copy at other
 // memory of the same size for the following launches (launches already queued keep theirs).
 // No stream operation of its own per replay, and the copies run as graph nodes. n > 0.
-int capture_copy(void* dst, const void* src, size_t n, int device);
+// beside: the copy goes on a side branch forked after what is queued so far (the step that
+// wrote `src`), so the steps queued after it do not wait for it (joined by end_capture).
+int capture_copy(void* dst, const void* src, size_t n, int device, bool beside = false);
 void set_graph_copy(Graph& graph, int index, void* dst, const void* src, size_t n);
 
 // Concurrent branches of a capture: steps that do not depend on each other are queued on

@@ -356,10 +356,17 @@ void Executor::run_steps(bool capturing, cuda::Timeline* timeline) {
         lowered_[s.cpu_group]->run();
         break;
     }
-    if (capturing)
+    if (capturing) {
       for (const EarlyOut& e : early_outs_)
         if (e.after_step == done - 1)
           cuda::capture_early_read(*e.read, static_fresh_[e.fresh]->data, graph_device_);
+      if (capture_output_copy_)
+        for (size_t f = 0; f < out_after_.size(); ++f)
+          if (out_after_[f] == done - 1 && (*capture_placeholders_)[f])
+            (*capture_output_copy_)[f] =
+                cuda::capture_copy((*capture_placeholders_)[f]->data, static_fresh_[f]->data,
+                                   static_fresh_[f]->nbytes, graph_device_, /*beside=*/true);
+    }
     if (branched && step_signals_[done - 1])
       cuda::capture_signal(graph_device_, step_branch_[done - 1], done - 1);
   }
@@ -642,21 +649,23 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
       placeholders[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
     }
   if (!early_planned_) {
+    // Each returned buffer's last writer: its copy out (and a scalar's early read) can follow
+    // that step on a side branch instead of waiting for the end of the graph.
     early_planned_ = true;
+    out_after_.assign(fresh_roots_.size(), -1);
     std::vector<ValueId> roots;
     for (size_t f = 0; f < fresh_roots_.size(); ++f) {
-      const Value& r = g_.values[fresh_roots_[f]];
-      const size_t n = static_fresh_[f]->nbytes;
-      if (!placeholders[f] || r.numel() != 1 || n == 0 || n > 8) continue;
-      int32_t last = -1;
+      if (!placeholders[f]) continue;
       for (size_t ni = 0; ni < g_.nodes.size(); ++ni) {
         const Node& node = g_.nodes[ni];
         g_.writes(node, roots);
         const bool writes = (node.out != kNoValue && g_.values[node.out].root == fresh_roots_[f]) ||
                             std::find(roots.begin(), roots.end(), fresh_roots_[f]) != roots.end();
-        if (writes) last = std::max(last, node_step_[ni]);
+        if (writes) out_after_[f] = std::max(out_after_[f], node_step_[ni]);
       }
-      if (last >= 0) early_outs_.push_back({f, last, cuda::make_early_read(n, dev)});
+      const size_t n = static_fresh_[f]->nbytes;
+      if (out_after_[f] >= 0 && g_.values[fresh_roots_[f]].numel() == 1 && n > 0 && n <= 8)
+        early_outs_.push_back({f, out_after_[f], cuda::make_early_read(n, dev)});
     }
   }
   // Bound arguments stay in the slots only during the capture: holding them would keep a batch
@@ -672,19 +681,26 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
                                    static_cast<int>(steps_.size()) + branch_sides_ + 1);
   cuda::begin_capture(dev);
   try {
-    // The argument copies are the graph's first nodes and the output copies its last, so a
-    // replay queues one launch; replay_graph points them at the call's memory.
+    // The argument copies are the graph's first nodes and each output copy follows the step
+    // that last writes its buffer, on a side branch, so a replay queues one launch;
+    // replay_graph points them at the call's memory.
     if (copy_args_)
       for (size_t a = 0; a < static_inputs_.size(); ++a)
         if (static_inputs_[a] && args[a].nbytes() > 0)
           input_copy_[a] = cuda::capture_copy(static_inputs_[a]->data, args[a].raw_data(),
                                               static_cast<size_t>(args[a].nbytes()), dev);
+    capture_placeholders_ = &placeholders;
+    capture_output_copy_ = &bg.output_copy;
     run_steps(true);
-    for (size_t f = 0; f < static_fresh_.size(); ++f)
-      if (placeholders[f])
+    capture_placeholders_ = nullptr;
+    capture_output_copy_ = nullptr;
+    for (size_t f = 0; f < static_fresh_.size(); ++f)  // those no step writes, at the end
+      if (placeholders[f] && bg.output_copy[f] < 0)
         bg.output_copy[f] = cuda::capture_copy(placeholders[f]->data, static_fresh_[f]->data,
                                                static_fresh_[f]->nbytes, dev);
   } catch (...) {
+    capture_placeholders_ = nullptr;
+    capture_output_copy_ = nullptr;
     try {
       (void)cuda::end_capture(dev);
     } catch (...) {

@@ -172,6 +172,10 @@ class Executor {
   };
   std::vector<EarlyOut> early_outs_;
   bool early_planned_ = false;
+  std::vector<int32_t> out_after_;  // per fresh root: the last step writing it (-1: none)
+  // During a capture: where run_steps puts the output copies it queues.
+  const std::vector<StoragePtr>* capture_placeholders_ = nullptr;
+  std::vector<int>* capture_output_copy_ = nullptr;
   std::vector<int32_t> node_step_;  // per node: the step that runs it
   // Concurrent branches of the captured graph (plan_branches): per step, its branch (0: the
   // main stream), the steps whose events it waits for, and whether later steps wait for it.

@@ -184,10 +184,10 @@ GraphPtr end_capture(int device) {
   return g;
 }
 
-int capture_copy(void* dst, const void* src, size_t n, int device) {
+int capture_copy(void* dst, const void* src, size_t n, int device, bool beside) {
   EMBER_CHECK(n > 0, "cuda::capture_copy: a graph cannot hold a copy of 0 bytes");
   kernels::cuda::DeviceGuard guard(device);
-  cudaStream_t s = kernels::cuda::stream(device);
+  cudaStream_t s = beside ? fork_early_branch(device) : kernels::cuda::stream(device);
   EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
   // Right after it is queued, the copy is the capture's only frontier node.
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
