@@ -584,8 +584,9 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
     // copy per call, a capture per call would cost far more.
     copy_args_ = true;
     graphs_.clear();
-    log(Log::perf, "CUDA graph: the arguments moved " + std::to_string(kMaxBoundCaptures) +
-                       " times; from now on the graph copies them into static buffers");
+    if (log_enabled(Log::perf))
+      log(Log::perf, "CUDA graph: the arguments moved " + std::to_string(kMaxBoundCaptures) +
+                         " times; from now on the graph copies them into static buffers");
   }
   BoundGraph bg;
   bg.args.assign(input_members_.size(), nullptr);
