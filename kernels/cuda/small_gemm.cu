@@ -66,13 +66,11 @@ bool has_clusters(int device) {
 }
 
 // The Tiled kernel's plan, a function of (M, N, K, device) alone: the tile from the smaller
-// sizes, then k split into up to 16 slices (a cluster) while the tiles are too few to fill the
-// GPU, as many as make each slice one staged chunk, for k of at least 128. H200 timings
-// (bench/experiments/tile_gemm_variants.cu, us per launch back to back, cuBLASLt's heuristic choice
-// in brackets): [64,784]x[784,512] as 64x64 tiles in 8 slices 10.8 (12.0); [512,64]x[64,784] 64x64
-// unsplit 6.1 (10.0); [10,64]x[64,512] 16x32 unsplit 3.8 (7.9).
-inline constexpr int64_t kMaxTileSlices = 16;
-inline constexpr int kMaxDevices = 64;
+// sizes, then k split into up to 8 slices (a cluster) while the tiles are too few to fill the
+// GPU, each slice at least 64 long. H200 timings (bench/experiments/tile_gemm_variants.cu, us
+// per launch back to back, cuBLASLt's heuristic choice in brackets): [64,784]x[784,512] as 64x64
+// tiles in 8 slices 10.8 (12.0); [512,64]x[64,784] 64x64 unsplit 6.1 (10.0); [10,64]x[64,512]
+// 16x32 unsplit 3.8 (7.9).
 struct TilePlan {
   int bm = 64, bn = 64, slices = 1, slice = 0;
 };
@@ -81,14 +79,8 @@ TilePlan tile_plan(int64_t m, int64_t n, int64_t k, bool clusters) {
   t.bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
   t.bn = t.bm == 16 ? 32 : 64;
   const int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
-  // Up to 16 slices (a non-portable cluster size, which Hopper allows), each one staged chunk
-  // of k where they reach: a block's time is a chain of latencies per step of k (ncu on the
-  // H200: the batch-64 forward's 8 blocks of 100 k, one block of 8 warps per SM, a warp issuing
-  // every 4.8 cycles), so shorter slices finish sooner.
   int64_t s = 1;
-  const int64_t kch = (t.bm + t.bn) <= 64 ? 128 : 64;  // dev::TileShape<BM, BN>::KCH
-  if (clusters && tiles < 64 && k / 64 >= 2)
-    s = std::max<int64_t>(1, std::min<int64_t>({kMaxTileSlices, 128 / tiles, ceil_div(k, kch)}));
+  if (clusters && tiles < 64) s = std::max<int64_t>(1, std::min<int64_t>({8, 128 / tiles, k / 64}));
   t.slice = static_cast<int>(ceil_div(ceil_div(k, s), 4) * 4);
   t.slices = static_cast<int>(ceil_div(k, t.slice));  // no empty slice
   return t;
@@ -96,8 +88,7 @@ TilePlan tile_plan(int64_t m, int64_t n, int64_t k, bool clusters) {
 
 template <int BM, int BN>
 void launch_tiled(const dev::SmallGemmArgs<float>& p, const TilePlan& t, bool a_k, bool b_k,
-                  int device, cudaStream_t s) {
-  EMBER_CHECK(device >= 0 && device < kMaxDevices, "small_gemm: device ", device, " out of range");
+                  cudaStream_t s) {
   // float4 loads when every row start along the contiguous dimension is 16-byte aligned.
   const int64_t a_ld = a_k ? p.a_rs : p.a_cs, b_ld = b_k ? p.b_cs : p.b_rs;
   const bool vec = (a_ld % 4 == 0 || (a_k ? p.m : p.k) == 1) &&
@@ -114,26 +105,19 @@ void launch_tiled(const dev::SmallGemmArgs<float>& p, const TilePlan& t, bool a_
   cluster[0].val.clusterDim.z = static_cast<unsigned>(t.slices);
   cfg.attrs = cluster;
   cfg.numAttrs = t.slices > 1 ? 1 : 0;
-  auto go = [&](auto kernel, std::atomic<bool>* big_ok) {
-    // Clusters above 8 blocks are opt-in, per kernel and device (once each).
-    if (t.slices > 8 && !big_ok[device].load(std::memory_order_acquire)) {
-      EMBER_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      big_ok[device].store(true, std::memory_order_release);
-    }
+  auto go = [&](auto kernel) {
     EMBER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, t.slice, vec));
   };
-  static std::atomic<bool> big[4][kMaxDevices];
   if (a_k) {
     if (b_k)
-      go(dev::tile_gemm_kernel<BM, BN, true, true>, big[0]);
+      go(dev::tile_gemm_kernel<BM, BN, true, true>);
     else
-      go(dev::tile_gemm_kernel<BM, BN, true, false>, big[1]);
+      go(dev::tile_gemm_kernel<BM, BN, true, false>);
   } else {
     if (b_k)
-      go(dev::tile_gemm_kernel<BM, BN, false, true>, big[2]);
+      go(dev::tile_gemm_kernel<BM, BN, false, true>);
     else
-      go(dev::tile_gemm_kernel<BM, BN, false, false>, big[3]);
+      go(dev::tile_gemm_kernel<BM, BN, false, false>);
   }
 }
 
@@ -141,11 +125,11 @@ void tiled(const dev::SmallGemmArgs<float>& p, int device, cudaStream_t s) {
   const TilePlan t = tile_plan(p.m, p.n, p.k, has_clusters(device));
   const bool a_k = p.a_cs == 1, b_k = p.b_rs == 1;  // else a_rs == 1, b_cs == 1 (the rule)
   if (t.bm == 16) {
-    launch_tiled<16, 32>(p, t, a_k, b_k, device, s);
+    launch_tiled<16, 32>(p, t, a_k, b_k, s);
   } else if (t.bm == 32) {
-    launch_tiled<32, 64>(p, t, a_k, b_k, device, s);
+    launch_tiled<32, 64>(p, t, a_k, b_k, s);
   } else {
-    launch_tiled<64, 64>(p, t, a_k, b_k, device, s);
+    launch_tiled<64, 64>(p, t, a_k, b_k, s);
   }
   check_launch("small_gemm (tiled)");
 }

@@ -233,9 +233,8 @@ void check_against_reference(const std::vector<double>& a, const std::vector<dou
 struct Mkn {
   int64_t m, k, n;
 };
-// SmallN, SmallK, then Tiled shapes: the batch-64 MLP's forward layer 1 (k in 13 slices, a
-// cluster above the portable 8) and weight gradients (unsplit), and odd sizes that split k in 3,
-// 4, 5 and 8 slices with partial
+// SmallN, SmallK, then Tiled shapes: the batch-64 MLP's forward layer 1 (k in 8 slices) and
+// weight gradients (unsplit), and odd sizes that split k in 2, 3, 4 and 8 slices with partial
 // tiles, partial quads and a last slice shorter than the others; then Thin shapes: the
 // batch-8192 weight gradient of a 10-class layer, and odd ones (a partial last slice, one row,
 // a partial block of column quads).
