@@ -85,18 +85,15 @@ std::vector<bool> reduced_flags(const Node& red, int rank) {
   return r;
 }
 
-// Why a product member cannot be generated, or empty: float32/float64 [M,K] x [K,N] with
-// K <= kReductionMaxProductK (the eager SmallK kernels' range, so eager sums it the same way),
-// non-negative strides, on the device of the group, its [M,N] result the group's shape and not a
-// group output (it is never stored).
-std::string product_member_problem(const Graph& g, const Group& group, const Node& n,
-                                   const Shape& shape) {
-  if (n.inplace || n.out == kNoValue || n.inputs.size() != 2) return "not an out-of-place mm";
+}  // namespace
+
+std::string small_k_product_problem(const Graph& g, const Node& n) {
+  if (n.op != OpId::mm || n.inplace || n.out == kNoValue || n.inputs.size() != 2)
+    return "not an out-of-place mm";
   const Value& a = g.values[n.inputs[0]];
   const Value& b = g.values[n.inputs[1]];
   const Value& o = g.values[n.out];
   if (a.shape.size() != 2 || b.shape.size() != 2) return "operands are not matrices";
-  if (o.shape != shape) return "its result " + o.shape.str() + " is not the group's shape";
   if (a.shape[1] > kReductionMaxProductK || a.shape[1] < 1)
     return "K = " + std::to_string(a.shape[1]) + " is not in 1.." +
            std::to_string(kReductionMaxProductK);
@@ -107,6 +104,20 @@ std::string product_member_problem(const Graph& g, const Group& group, const Nod
   for (const Value* v : {&a, &b})
     for (int64_t st : v->strides)
       if (st < 0) return "a negative stride";
+  return {};
+}
+
+namespace {
+
+// Why a product member of `group` cannot be generated, or empty: a small-K product
+// (small_k_product_problem) whose [M,N] result is the group's shape and not a group output (it
+// is never stored), of operands from outside the group.
+std::string product_member_problem(const Graph& g, const Group& group, const Node& n,
+                                   const Shape& shape) {
+  std::string bad = small_k_product_problem(g, n);
+  if (!bad.empty()) return bad;
+  const Value& o = g.values[n.out];
+  if (o.shape != shape) return "its result " + o.shape.str() + " is not the group's shape";
   if (std::find(group.outputs.begin(), group.outputs.end(), n.out) != group.outputs.end())
     return "its result is a group output";
   for (int32_t m : group.nodes)

@@ -33,6 +33,12 @@ inline constexpr int kReductionCodegenVersion = 3;
 // compute it (kernels/cuda/small_gemm.h, kSmallGemmMaxK), and never stored.
 inline constexpr int64_t kReductionMaxProductK = 16;
 
+// Why node `n` is not a product such a group can hold, or empty: an out-of-place float32 or
+// float64 mm of matrices [M,K] x [K,N] with 1 <= K <= kReductionMaxProductK, non-negative
+// strides, all on one CUDA device. (The fusion pass asks before it moves a product into a
+// group; the generator asks again, with the group's own conditions.)
+std::string small_k_product_problem(const Graph& g, const Node& n);
+
 struct FusedReductionKernel {
   static constexpr const char* kKernel = "ember_fused_reduce";
   static constexpr int kMaxThreads = 256;  // per block (fused::kThreads)

@@ -322,17 +322,12 @@ class Fuser {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const auto p = static_cast<int32_t>(i);
       const Node& n = g_.nodes[p];
-      if (n.op != OpId::mm || n.inplace || n.out == kNoValue || n.inputs.size() != 2) continue;
+      if (n.op != OpId::mm || !small_k_product_problem(g_, n).empty()) continue;
       const ValueId v = n.out;
       const Value& out = g_.values[v];
       const Value& a = g_.values[n.inputs[0]];
       const Value& b = g_.values[n.inputs[1]];
-      if (returned_[v] || g_.values[v].root != v || !out.device.is_cuda() || a.shape.size() != 2 ||
-          b.shape.size() != 2 || a.shape[1] < 1 || a.shape[1] > kReductionMaxProductK ||
-          a.dtype != out.dtype || b.dtype != out.dtype ||
-          (out.dtype != kFloat32 && out.dtype != kFloat64) || a.device != out.device ||
-          b.device != out.device || root_readers_[v].empty())
-        continue;
+      if (returned_[v] || g_.values[v].root != v || root_readers_[v].empty()) continue;
       // Its own candidate, if any, must be an epilogue of nothing but it.
       const int32_t own = member_[p];
       if (own >= 0 &&
