@@ -716,7 +716,6 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
   bg.graph = cuda::end_capture(dev);
   stats_.graph_nodes = cuda::graph_node_count(*bg.graph);
   ++stats_.graph_captures;
-  stats_.graph_copies_args = copy_args_;
   if (graphs_.size() >= static_cast<size_t>(kMaxBoundGraphs)) graphs_.pop_back();
   graphs_.insert(graphs_.begin(), std::move(bg));
   if (log_enabled(Log::perf))
@@ -793,15 +792,13 @@ void Executor::plan_branches() {
       const bool after_main = last_on[0] < 0 || depends(j, last_on[0]);
       const bool before_main = next < n && depends(next, static_cast<int32_t>(j));
       if (!(after_main && before_main)) {
-        b = 1;
-        for (int k = 1; k <= kSideBranches; ++k)  // a side that already ran a step it needs
-          if (last_on[k] >= 0 && depends(j, last_on[k])) {
-            b = k;
-            break;
-          }
-        if (b == 1 && !(last_on[1] >= 0 && depends(j, last_on[1])))
-          for (int k = 1; k <= kSideBranches; ++k)  // else the side idle the longest
+        for (int k = 1; k <= kSideBranches && b == 0; ++k)  // a side that ran a step it needs
+          if (last_on[k] >= 0 && depends(j, last_on[k])) b = k;
+        if (b == 0) {  // else the side idle the longest
+          b = 1;
+          for (int k = 2; k <= kSideBranches; ++k)
             if (last_on[k] < last_on[b]) b = k;
+        }
         branch_sides_ = std::max(branch_sides_, b);
       }
     }
