@@ -37,4 +37,15 @@ class Generator {
 Generator& default_generator();
 void manual_seed(uint64_t seed);  // seeds the default generator
 
+namespace detail {
+// What this thread drew: counters from the default generator so far, and whether its latest
+// draw came from it. Another thread's draws interleave with this thread's at any point; these
+// let the JIT's tracer account for its own thread's draws only (jit/tracer.cpp).
+struct ThreadDraws {
+  uint64_t default_counters = 0;
+  bool last_from_default = false;
+};
+inline thread_local ThreadDraws t_draws;
+}  // namespace detail
+
 }  // namespace ember

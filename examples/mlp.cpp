@@ -63,6 +63,8 @@ RunResult train(const Config& cfg, bool compiled) {
   EMBER_CHECK(cfg.batch > 0, "mlp: --batch must be positive, got ", cfg.batch);
   EMBER_CHECK(cfg.steps > 0, "mlp: --steps must be positive, got ", cfg.steps);
   EMBER_CHECK(cfg.warmup >= 0, "mlp: --warmup must be non-negative, got ", cfg.warmup);
+  EMBER_CHECK(cfg.steps > cfg.warmup, "mlp: --steps (", cfg.steps, ") must exceed --warmup (",
+              cfg.warmup, "), or no step is timed");
   EMBER_CHECK(cfg.log_every > 0, "mlp: --log-every must be positive, got ", cfg.log_every);
   const Device dev = pick_device(cfg.device);
   manual_seed(cfg.seed);  // both modes start from the same weights and draw the same batches
@@ -105,10 +107,6 @@ RunResult train(const Config& cfg, bool compiled) {
     r.final_loss = l;
   }
   const int64_t timed = cfg.steps - cfg.warmup;
-  if (timed <= 0) {
-    std::cout << "no steady-state figure: every step was warm-up (use --steps > --warmup)\n";
-    return r;
-  }
   // A compiled step's item() may return before the step's update has run on the device.
   if (dev.is_cuda()) cuda::synchronize(dev.index);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -133,7 +131,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", cfg.steps, "training steps, warm-up included")->capture_default_str();
   app.add_option("--device", cfg.device, "auto (GPU if present), cpu, cuda or cuda:N")
       ->capture_default_str();
+  // A negative seed would wrap to a huge unsigned one: refused, not reinterpreted.
   app.add_option("--seed", cfg.seed, "seed of the default generator (init and batches)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--momentum", cfg.momentum, "SGD momentum (0: plain SGD)")->capture_default_str();
   app.add_option("--lr", cfg.lr, "SGD learning rate")->capture_default_str();

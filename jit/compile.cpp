@@ -26,31 +26,13 @@
 namespace ember::jit {
 namespace detail {
 
-void PlainKey::add(const void* p, size_t n) {
-  EMBER_CHECK(size + n <= bytes.size(), "jit::compile: plain arguments take more than ",
-              bytes.size(), " bytes; pass large data as tensors");
-  std::memcpy(bytes.data() + size, p, n);
-  size += n;
-}
-
 namespace {
 
 constexpr int kMaxTracesPerSignature = 4;
 
-struct ArgSig {
-  Shape sizes;
-  Strides strides;
-  DType dtype = kFloat32;
-  Device device;
-  bool requires_grad = false;
-  int32_t alias = -1;  // index of an earlier argument that is the same tensor
-};
-
 struct Entry {
   enum class State { Tracing, Compiled, Eager };
-  std::vector<ArgSig> args;
-  PlainKey plain;
-  bool grad_mode = true;
+  Signature sig;
   State state = State::Tracing;
   std::unique_ptr<Graph> prev;
   std::string prev_fp;
@@ -58,11 +40,9 @@ struct Entry {
   std::unique_ptr<Executor> exec;
   std::string eager_reason;
   uint64_t epoch = 0;  // config_epoch() when traced: train()/eval() and the like retrace
-  // Dynamic shapes: per argument, the dims allowed to vary (bit d = dim d). An entry with any
-  // is matched by shape rank only; once two traces at different sizes agree it holds a template
-  // and instantiates an executor per size it meets.
-  std::vector<uint16_t> sym;
-  bool symbolic = false;
+  // Dynamic shapes (sig.sym): an entry with dims allowed to vary matches whatever they are;
+  // once two traces at different sizes agree it holds a template and instantiates an executor
+  // per size it meets.
   std::unique_ptr<Graph> raw;  // the raw trace behind `exec`, for later generalization
   std::unique_ptr<SymbolicTemplate> tmpl;
   struct Instance {
@@ -74,78 +54,12 @@ struct Entry {
 
 constexpr size_t kMaxInstances = 8;
 
-int32_t alias_of(std::span<const Tensor> t, size_t i) {
-  for (size_t j = 0; j < i; ++j)
-    if (t[j].is_same(t[i])) return static_cast<int32_t>(j);
-  return -1;
-}
-
-bool matches(const Entry& e, std::span<const Tensor> t, const PlainKey& plain, bool grad_mode) {
-  if (e.args.size() != t.size() || e.grad_mode != grad_mode || e.plain.size != plain.size)
-    return false;
-  if (std::memcmp(e.plain.bytes.data(), plain.bytes.data(), plain.size) != 0) return false;
-  for (size_t i = 0; i < t.size(); ++i) {
-    const ArgSig& a = e.args[i];
-    const TensorImpl& x = *t[i].impl();
-    if (a.dtype != x.dtype || a.device != x.device || a.requires_grad != t[i].requires_grad())
-      return false;
-    if (e.symbolic && e.sym[i] != 0) {
-      if (a.sizes.size() != x.sizes.size()) return false;
-      for (int d = 0; d < a.sizes.size(); ++d)
-        if (!(e.sym[i] >> d & 1) && a.sizes[d] != x.sizes[d]) return false;
-      // Layouts are re-derived per size: ask for the same contiguity, not the same strides.
-      if (!x.is_contiguous() || x.offset != 0) return false;
-    } else if (a.sizes != x.sizes || a.strides != x.strides) {
-      return false;
-    }
-    if (a.alias != -1 || (i > 0 && alias_of(t, i) != -1)) {
-      if (alias_of(t, i) != a.alias) return false;
-    }
-  }
-  return true;
-}
-
-std::string describe_miss(const Entry& e, std::span<const Tensor> t, const PlainKey& plain,
-                          bool grad_mode) {
-  std::ostringstream os;
-  if (e.grad_mode != grad_mode)
-    return std::string("grad mode: ") + (e.grad_mode ? "on" : "off") + " -> " +
-           (grad_mode ? "on" : "off");
-  if (e.args.size() != t.size()) return "number of tensor arguments changed";
-  for (size_t i = 0; i < t.size(); ++i) {
-    const ArgSig& a = e.args[i];
-    const Tensor& x = t[i];
-    if (a.sizes.size() != x.dim()) {
-      os << "input " << i << " dims: " << a.sizes.size() << " -> " << x.dim();
-      return os.str();
-    }
-    for (int d = 0; d < x.dim(); ++d)
-      if (a.sizes[d] != x.size(d)) {
-        os << "input " << i << " dim " << d << ": " << a.sizes[d] << " -> " << x.size(d);
-        return os.str();
-      }
-    if (a.dtype != x.dtype()) {
-      os << "input " << i << " dtype: " << dtype_name(a.dtype) << " -> " << dtype_name(x.dtype());
-      return os.str();
-    }
-    if (a.device != x.device()) {
-      os << "input " << i << " device: " << a.device.str() << " -> " << x.device().str();
-      return os.str();
-    }
-    if (a.strides != x.strides()) {
-      os << "input " << i << " strides: " << a.strides << " -> " << x.strides();
-      return os.str();
-    }
-    if (a.requires_grad != x.requires_grad()) {
-      os << "input " << i << " requires_grad: " << a.requires_grad << " -> " << x.requires_grad();
-      return os.str();
-    }
-    if (a.alias != alias_of(t, i)) {
-      os << "input " << i << " aliasing of arguments changed";
-      return os.str();
-    }
-  }
-  return "a plain (non-tensor) argument changed value";
+// Whether some argument's sizes differ between two traces: only then can they generalize.
+bool sizes_differ(const Graph& a, const Graph& b) {
+  if (a.inputs.size() != b.inputs.size()) return true;
+  for (size_t i = 0; i < a.inputs.size(); ++i)
+    if (a.values[a.inputs[i]].shape != b.values[b.inputs[i]].shape) return true;
+  return false;
 }
 
 }  // namespace
@@ -240,40 +154,40 @@ struct CompiledCore::Impl {
   // differs from an earlier one that is otherwise the same, seeded with that one's trace so the
   // next trace can generalize at once. Entries without such dims stay exact.
   void mark_symbolic(Entry& e, bool all) {
+    Signature& sig = e.sig;
     if (all) {
-      for (size_t i = 0; i < e.args.size(); ++i)
-        e.sym[i] = static_cast<uint16_t>((1u << e.args[i].sizes.size()) - 1);
+      for (size_t i = 0; i < sig.args.size(); ++i)
+        sig.sym[i] = static_cast<uint16_t>((1u << sig.args[i].sizes.size()) - 1);
     } else {
       for (auto& c : entries) {
         Entry& b = *c;
-        if (&b == &e || b.args.size() != e.args.size() || b.grad_mode != e.grad_mode ||
-            b.plain.size != e.plain.size ||
-            std::memcmp(b.plain.bytes.data(), e.plain.bytes.data(), e.plain.size) != 0)
+        if (&b == &e || b.sig.args.size() != sig.args.size() || b.sig.grad_mode != sig.grad_mode ||
+            !(b.sig.plain == sig.plain))
           continue;
         const Graph* seed = b.raw ? b.raw.get() : b.prev.get();
         if (!seed) continue;
         bool same = true;
-        std::vector<uint16_t> mask(e.args.size(), 0);
-        for (size_t i = 0; i < e.args.size() && same; ++i) {
-          const ArgSig& x = e.args[i];
-          const ArgSig& y = b.args[i];
+        std::vector<uint16_t> mask(sig.args.size(), 0);
+        for (size_t i = 0; i < sig.args.size() && same; ++i) {
+          const ArgSig& x = sig.args[i];
+          const ArgSig& y = b.sig.args[i];
           same = x.sizes.size() == y.sizes.size() && x.dtype == y.dtype && x.device == y.device &&
                  x.requires_grad == y.requires_grad && x.alias == y.alias;
           for (int d = 0; same && d < x.sizes.size(); ++d)
             if (x.sizes[d] != y.sizes[d]) mask[i] |= static_cast<uint16_t>(1u << d);
-          mask[i] |= b.sym[i];
+          mask[i] |= b.sig.sym[i];
         }
         if (!same) continue;
-        e.sym = mask;
+        sig.sym = mask;
         e.epoch = b.epoch;  // the seed trace's settings
         e.prev = std::make_unique<Graph>(*seed);
         e.prev_fp = fingerprint(*seed);
         break;
       }
     }
-    for (uint16_t m : e.sym) e.symbolic = e.symbolic || m != 0;
+    for (uint16_t m : sig.sym) sig.symbolic = sig.symbolic || m != 0;
     // A symbolic entry matches after the exact ones.
-    if (e.symbolic)
+    if (sig.symbolic)
       for (size_t i = 0; i < entries.size(); ++i)
         if (entries[i].get() == &e) {
           std::unique_ptr<Entry> own = std::move(entries[i]);
@@ -339,23 +253,20 @@ struct CompiledCore::Impl {
 
   Entry* make_entry(std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode) {
     auto entry = std::make_unique<Entry>();
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      ArgSig a;
-      a.sizes = tensors[i].sizes();
-      a.strides = tensors[i].strides();
-      a.dtype = tensors[i].dtype();
-      a.device = tensors[i].device();
-      a.requires_grad = tensors[i].requires_grad();
-      a.alias = alias_of(tensors, i);
-      entry->args.push_back(a);
-    }
-    entry->sym.assign(tensors.size(), 0);
+    entry->sig = Signature::of(tensors, plain, grad_mode);
     entry->epoch = config_epoch();
-    entry->plain = plain;
-    entry->grad_mode = grad_mode;
     // Exact entries go first so a size met before keeps its specialized executor.
     entries.insert(entries.begin(), std::move(entry));
     return entries.front().get();
+  }
+
+  // The entry serving this call: an exact one before a symbolic one, so a size that was
+  // specialized keeps its executor. Allocates nothing.
+  Entry* lookup(std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode) {
+    if (last && !last->sig.symbolic && fits(last->sig, tensors, plain, grad_mode)) return last;
+    for (auto& c : entries)
+      if (fits(c->sig, tensors, plain, grad_mode)) return c.get();
+    return nullptr;
   }
 
   void trace(Entry& e, std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode,
@@ -399,9 +310,9 @@ struct CompiledCore::Impl {
           return;
         }
     std::string fp = fingerprint(g);
-    if (e.symbolic && e.prev && !e.tmpl && fp != e.prev_fp) {
+    if (e.sig.symbolic && e.prev && !e.tmpl && fp != e.prev_fp && sizes_differ(*e.prev, g)) {
       std::string why;
-      std::optional<SymbolicTemplate> t = generalize(*e.prev, g, e.sym, &why);
+      std::optional<SymbolicTemplate> t = generalize(*e.prev, g, e.sig.sym, &why);
       if (t) {
         e.tmpl = std::make_unique<SymbolicTemplate>(std::move(*t));
         e.prev.reset();
@@ -412,12 +323,14 @@ struct CompiledCore::Impl {
       log(Log::recompiles, options.name + ": dynamic: cannot generalize yet (" + why + ")");
     }
     if (e.prev && fp == e.prev_fp) {
-      if (e.symbolic) {
-        // Agreed at one size: a specialized executor for it; the symbolic entry keeps the
-        // trace to generalize from when another size arrives.
+      if (e.sig.symbolic) {
+        // Agreed at one size: a specialized executor for it, which serves this size from the
+        // next call on; the symbolic entry keeps the trace to generalize from when another
+        // size arrives.
         Entry* x = make_entry(tensors, plain, grad_mode);
         x->prev = std::make_unique<Graph>(g);
         build(*x, std::move(g));
+        last = x;
         return;
       }
       build(e, std::move(g));
@@ -462,16 +375,7 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
                         void* ctx, std::vector<Tensor>& outputs) {
   Impl& m = *impl_;
   const bool grad_mode = GradMode::is_enabled();
-  Entry* e = nullptr;
-  if (m.last && matches(*m.last, tensors, plain, grad_mode)) {
-    e = m.last;
-  } else {
-    for (auto& c : m.entries)
-      if (matches(*c, tensors, plain, grad_mode)) {
-        e = c.get();
-        break;
-      }
-  }
+  Entry* e = m.lookup(tensors, plain, grad_mode);
   if (e && e->tmpl) {
     const auto r = m.run_template(*e, tensors, outputs);
     if (r == Impl::TemplateRun::Served) return;
@@ -516,7 +420,7 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
     std::string reason;
     if (m.last) {
       ++m.stats.recompiles;
-      reason = describe_miss(*m.last, tensors, plain, grad_mode);
+      fits(m.last->sig, tensors, plain, grad_mode, &reason);
     }
     e = m.make_entry(tensors, plain, grad_mode);
     if (log_enabled(Log::cache)) {
@@ -532,7 +436,7 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
     const bool dyn_auto = !m.options.dynamic.has_value();
     if (dyn_all || dyn_auto) m.mark_symbolic(*e, dyn_all);
     if (!reason.empty()) {
-      if (e->symbolic && !dyn_all) reason += "; marking the changed dims dynamic";
+      if (e->sig.symbolic && !dyn_all) reason += "; marking the changed dims dynamic";
       log(Log::recompiles, m.options.name + ": recompiling: " + reason);
     }
   }

@@ -10,13 +10,22 @@
 // plain values (arithmetic, enums, strings: guarded by value, a new value is a new signature).
 // Results: a Tensor, std::tuple / std::pair of tensors, std::vector<Tensor>, or nothing.
 // The rules (what is frozen, what is guarded, what breaks a graph) are in the README.
+//
+// Threads: calls of one compiled function (and of its copies, which share its cache) are
+// serialised: a second thread waits until the first call returns. A call made from inside the
+// function's own body (recursion) runs the body directly, as plain eager code (inside a trace it
+// is traced inline, like any other code of the outer call).
 #include <array>
+#include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -24,6 +33,7 @@
 
 #include "core/tensor.h"
 #include "jit/errors.h"
+#include "jit/signature.h"
 
 namespace ember::jit {
 
@@ -75,13 +85,6 @@ struct Explanation {
 
 namespace detail {
 
-// Plain (non-tensor) arguments become bytes the signature compares.
-struct PlainKey {
-  std::array<char, 240> bytes{};
-  size_t size = 0;
-  void add(const void* p, size_t n);
-};
-
 class CompiledCore {
  public:
   explicit CompiledCore(Options options);
@@ -96,10 +99,31 @@ class CompiledCore {
   std::string last_graph() const;
   void reset();  // drops every cached executable
 
+  // Holds the function for one call (other threads wait) and marks this thread as inside it.
+  class CallGuard {
+   public:
+    explicit CallGuard(CompiledCore& c) : core_(c), lock_(c.mutex_) {
+      c.owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    }
+    ~CallGuard() { core_.owner_.store(std::thread::id(), std::memory_order_relaxed); }
+    CallGuard(const CallGuard&) = delete;
+    CallGuard& operator=(const CallGuard&) = delete;
+
+   private:
+    CompiledCore& core_;
+    std::lock_guard<std::mutex> lock_;
+  };
+  // Whether this thread is inside a call of this function (a recursive call).
+  bool running_here() const {
+    return owner_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
+
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
+  std::mutex mutex_;
+  std::atomic<std::thread::id> owner_{};
 };
 
 using EagerCall = void (*)(void* ctx, std::vector<Tensor>& outputs);
@@ -109,15 +133,17 @@ template <class T>
 inline constexpr bool is_tensor_v = std::is_same_v<std::remove_cvref_t<T>, Tensor>;
 
 template <class T>
-void add_plain(PlainKey& key, const T& v) {
+void add_plain(PlainKey& key, const T& v, size_t position) {
   using U = std::remove_cvref_t<T>;
   if constexpr (std::is_arithmetic_v<U> || std::is_enum_v<U>) {
     key.add(&v, sizeof(U));
+    key.end_arg(position);
   } else if constexpr (std::is_convertible_v<const U&, std::string_view>) {
     const std::string_view s(v);
     const size_t n = s.size();
     key.add(&n, sizeof n);
     key.add(s.data(), n);
+    key.end_arg(position);
   } else {
     static_assert(is_tensor_v<U>,
                   "jit::compile: arguments must be tensors or plain values (numbers, enums, "
@@ -163,16 +189,19 @@ class Compiled {
   template <class... Args>
   auto operator()(Args&&... args) {
     using R = std::invoke_result_t<F&, Args&...>;
+    if (core_->running_here()) return static_cast<R>(std::invoke(*fn_, args...));
+    const detail::CompiledCore::CallGuard guard(*core_);
     constexpr size_t kTensors = (size_t{0} + ... + (detail::is_tensor_v<Args> ? 1 : 0));
     std::array<Tensor, kTensors> tensors;
     detail::PlainKey plain;
-    size_t k = 0;
+    size_t k = 0, position = 0;
     (
         [&](const auto& a) {
           if constexpr (detail::is_tensor_v<decltype(a)>)
             tensors[k++] = a;
           else
-            detail::add_plain(plain, a);
+            detail::add_plain(plain, a, position);
+          ++position;
         }(args),
         ...);
     struct Ctx {

@@ -50,21 +50,29 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
       reduce_rows_ = !shape_.empty() && std::find(dims.begin(), dims.end(), 0) != dims.end();
       reduce_op_ = n.op;
       reduce_attrs_ = n.attrs;
-      reduce_in_ = Tensor(chunked_[external(n.inputs[0])].chunk);
+      reduce_in_chunk_ = external(n.inputs[0]);
       if (reduce_rows_) {
-        if (n.op == OpId::mean) {
-          reduce_op_ = OpId::sum;
-          int64_t count = 1;
-          for (int64_t d : dims) count *= shape_[d];
-          mean_scale_ = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
-          scale_ = wrap_scalar(mean_scale_, g.values[n.out].dtype);
+        Chunked& c = chunked_[reduce_in_chunk_];
+        if (!c.full) {
+          // A member's scratch output: give it whole memory of its own, which the chunks fill.
+          const Value& v = g.values[n.inputs[0]];
+          whole_ = std::make_shared<Storage>(
+              static_cast<size_t>(std::max<int64_t>(1, v.numel()) * element_size(v.dtype)),
+              Device::cpu(), allocator_for(Device::cpu()));
+          c.full = std::make_shared<TensorImpl>();
+          c.full->sizes = v.shape;
+          c.full->strides = contiguous_strides(v.shape);
+          c.full->dtype = v.dtype;
+          c.full->device = Device::cpu();
+          c.full->storage = whole_;
+          c.chunk->sizes = v.shape;
+          c.chunk->strides = c.full->strides;
+          if (rows_ > 1) c.row_stride = c.full->strides[0];
         }
-        combine_op_ = n.op == OpId::amax   ? OpId::maximum
-                      : n.op == OpId::amin ? OpId::minimum
-                                           : OpId::add;
+        reduce_in_ = Tensor(c.full);
         reduce_out_ = Tensor(slots[n.out]);
-        partial_ = make_empty(g.values[n.out].shape, g.values[n.out].dtype, Device::cpu());
       } else {
+        reduce_in_ = Tensor(chunked_[reduce_in_chunk_].chunk);
         // Rows survive the reduction: each chunk writes its own rows of the output.
         reduce_out_chunk_ = external(n.out);
         Chunked& c = chunked_[reduce_out_chunk_];
@@ -108,7 +116,8 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
 
 int32_t CpuGroupRunner::kernel_calls_per_run() const {
   const int64_t chunks = rows_ > 0 ? (rows_ + rows_per_chunk_ - 1) / rows_per_chunk_ : 0;
-  return static_cast<int32_t>(chunks * (members_.size() + (has_reduce_ ? 1 + reduce_rows_ : 0)));
+  const int64_t per_chunk = static_cast<int64_t>(members_.size()) + (has_reduce_ && !reduce_rows_);
+  return static_cast<int32_t>(chunks * per_chunk + (reduce_rows_ ? 1 : 0));
 }
 
 void CpuGroupRunner::set_chunk(int64_t r0, int64_t n) {
@@ -130,38 +139,29 @@ void CpuGroupRunner::set_chunk(int64_t r0, int64_t n) {
 
 void CpuGroupRunner::run() {
   const Device cpu = Device::cpu();
-  if (rows_ == 0) return;
   // Arguments and returned tensors get new memory each call: follow the executor's slots.
   for (Chunked& c : chunked_)
-    if (c.full) {
+    if (c.full && c.full->storage != whole_) {
       c.chunk->storage = c.full->storage;
       c.chunk->offset = c.full->offset;
+    } else if (c.full) {
+      c.chunk->storage = whole_;
+      c.chunk->offset = 0;
     }
   for (int64_t r0 = 0; r0 < rows_; r0 += rows_per_chunk_) {
     const int64_t n = std::min(rows_per_chunk_, rows_ - r0);
     set_chunk(r0, n);
     for (const Member& m : members_) run_kernel({m.op, m.args, m.attrs, m.out}, cpu);
-    if (!has_reduce_) continue;
-    if (!reduce_rows_) {
+    if (has_reduce_ && !reduce_rows_)
       run_kernel({reduce_op_, std::span<const Tensor>(&reduce_in_, 1), reduce_attrs_, reduce_out_},
                  cpu);
-    } else if (r0 == 0) {
-      run_kernel({reduce_op_, std::span<const Tensor>(&reduce_in_, 1), reduce_attrs_, reduce_out_},
-                 cpu);
-    } else {
-      run_kernel({reduce_op_, std::span<const Tensor>(&reduce_in_, 1), reduce_attrs_, partial_},
-                 cpu);
-      const Tensor both[2] = {reduce_out_, partial_};
-      run_kernel({combine_op_, both, Attrs{}, reduce_out_}, cpu);
-    }
   }
-  if (has_reduce_ && reduce_rows_ && mean_scale_ != 0) {
-    const Tensor both[2] = {reduce_out_, scale_};
-    run_kernel({OpId::mul, both, Attrs{}, reduce_out_}, cpu);
-  }
+  if (reduce_rows_)
+    run_kernel({reduce_op_, std::span<const Tensor>(&reduce_in_, 1), reduce_attrs_, reduce_out_},
+               cpu);
   // Let go of this call's memory (arguments, returned tensors): the next run re-points.
   for (Chunked& c : chunked_)
-    if (c.full) c.chunk->storage.reset();
+    if (c.full && c.full->storage != whole_) c.chunk->storage.reset();
 }
 
 }  // namespace ember::jit

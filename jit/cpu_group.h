@@ -1,7 +1,14 @@
 #pragma once
 // Runs a fused pointwise (or pointwise + reduction) group on the CPU chunk by chunk along its
 // outermost dim, so the group's intermediates live in a few KB of scratch that stays in cache
-// instead of full tensors in memory. Each member is the eager CPU kernel applied to a chunk.
+// instead of full tensors in memory. Each member is the eager CPU kernel applied to a chunk, so
+// every element is computed exactly as eager computes it.
+//
+// A reduction that keeps the rows runs per chunk too. One over the rows does not: summing chunk
+// partials would add in another order than the eager kernel (which accumulates in double and
+// rounds once), so the replay would drift from eager in the last bits. Its input is written
+// whole instead and the eager kernel reduces it once, which also gives an empty batch eager's
+// result (0 for a sum, NaN for a mean) rather than nothing.
 #include <memory>
 #include <vector>
 
@@ -43,15 +50,14 @@ class CpuGroupRunner {
   StoragePtr scratch_;
   // The trailing reduction, when the group has one.
   bool has_reduce_ = false;
-  bool reduce_rows_ = false;  // dim 0 is reduced: chunks give partials to combine
-  OpId reduce_op_ = OpId::sum, combine_op_ = OpId::add;
+  bool reduce_rows_ = false;  // dim 0 is reduced: once, over the whole input, after the chunks
+  OpId reduce_op_ = OpId::sum;
   Attrs reduce_attrs_;
-  Tensor reduce_in_;   // chunk view of the reduction's input
+  Tensor reduce_in_;   // chunk view of the reduction's input (the whole input if reduce_rows_)
   Tensor reduce_out_;  // the full output, or its row chunk when rows are not reduced
   int32_t reduce_out_chunk_ = -1;
-  Tensor partial_;         // scratch for one chunk's partial result (reduce_rows_)
-  double mean_scale_ = 0;  // mean over rows: sum the chunks, then scale
-  Tensor scale_;
+  int32_t reduce_in_chunk_ = -1;
+  StoragePtr whole_;  // reduce_rows_: the reduction's input when no other value stores it
 };
 
 }  // namespace ember::jit

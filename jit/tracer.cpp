@@ -60,7 +60,7 @@ Tracer::Tracer(bool fullgraph) : fullgraph_(fullgraph) {
   set_trace_observer(&hook_op);
   set_trace_hooks(&kHooks);
   rng_seed_ = default_generator().seed();
-  rng_start_ = rng_next_ = default_generator().offset();
+  rng_drawn_start_ = detail::t_draws.default_counters;
 }
 
 Tracer::~Tracer() {
@@ -217,17 +217,19 @@ void Tracer::on_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, 
     if (broken_) return;
   }
   if (kind == OpKind::Random) {
-    if (attrs.seed != rng_seed_ || attrs.offset != rng_next_) {
+    if (!detail::t_draws.last_from_default || attrs.seed != default_generator().seed() ||
+        attrs.seed != rng_seed_) {
       brk(std::string(op_name(op)),
           "draws from a generator other than the default one, or the default generator was "
-          "reseeded or advanced outside the traced random ops");
+          "reseeded inside the compiled function");
       return;
     }
-    rng_next_ += philox::counters_for(static_cast<uint64_t>(out.numel()));
-    // Replays draw from wherever the generator stands then: keep only the position within
-    // this call's draws.
+    // Replays reserve all of a call's counters at once, from wherever the generator stands
+    // then: keep only the position within this call's own draws. (Other threads may draw in
+    // between the draws of this one; they do not shift these positions.)
     n.attrs.seed = 0;
-    n.attrs.offset = attrs.offset - rng_start_;
+    n.attrs.offset = rng_traced_;
+    rng_traced_ += philox::counters_for(static_cast<uint64_t>(out.numel()));
   }
   if (kind == OpKind::Transfer && out.device().is_cpu() && !inputs[0].device().is_cpu()) {
     brk("to(cpu)", "copies a traced tensor to the host inside the compiled function");
@@ -279,8 +281,8 @@ void Tracer::finish(const std::vector<Tensor>& outputs) {
   }
   if (!broken_) {
     for (int32_t slot : grad_order_) graph_.grad_effects.push_back({slot, grads_[slot]});
-    if (rng_next_ != default_generator().offset())
-      brk("generator", "the default generator advanced outside the traced random ops");
+    if (detail::t_draws.default_counters - rng_drawn_start_ != rng_traced_)
+      brk("generator", "the function drew from the default generator outside the traced ops");
   }
   finished_ = true;
 }

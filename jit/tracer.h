@@ -74,7 +74,8 @@ class Tracer {
   std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>> fresh_;
   std::unordered_map<int32_t, ValueId> grads_;  // state slot -> last grad value (kNoValue: none)
   std::vector<int32_t> grad_order_;
-  uint64_t rng_start_ = 0, rng_next_ = 0;
+  uint64_t rng_drawn_start_ = 0;  // this thread's default-generator counters at the start
+  uint64_t rng_traced_ = 0;       // counters the traced random ops drew
   uint64_t rng_seed_ = 0;
   const void* prev_observer_ = nullptr;
   const void* prev_hooks_ = nullptr;

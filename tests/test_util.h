@@ -5,8 +5,11 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/cuda_runtime.h"
+#include "jit/log.h"
 
 // First line of every [cuda] test case: without a GPU the case prints the marker ctest turns
 // into "skipped" (see tests/CMakeLists.txt) and returns without asserting anything.
@@ -39,6 +42,43 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+};
+
+// Turns the given JIT logs (a jit::Log mask) on into a buffer for the object's lifetime.
+class LogCapture {
+ public:
+  explicit LogCapture(unsigned mask) {
+    lines().clear();
+    prev_ = jit::set_log_mask(mask);
+    jit::set_log_sink(&capture_line);
+  }
+  explicit LogCapture(jit::Log which) : LogCapture(static_cast<unsigned>(which)) {}
+  ~LogCapture() {
+    jit::set_log_mask(prev_);
+    jit::set_log_sink(nullptr);
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  // Lines containing `needle`.
+  int count(std::string_view needle) const {
+    int n = 0;
+    for (const std::string& l : lines())
+      if (l.find(needle) != std::string::npos) ++n;
+    return n;
+  }
+  std::string all() const {
+    std::string s;
+    for (const std::string& l : lines()) s += l + "\n";
+    return s;
+  }
+
+ private:
+  static std::vector<std::string>& lines() {
+    static std::vector<std::string> captured;
+    return captured;
+  }
+  static void capture_line(std::string_view line) { lines().emplace_back(line); }
+  unsigned prev_ = 0;
 };
 
 }  // namespace ember::test

@@ -91,43 +91,7 @@ void check_weights(const Tensor& actual, const Tensor& expected, const std::stri
   check_close(actual, expected, 1e-6, 1e-6 * scale, what);
 }
 
-// ---- log capture ---------------------------------------------------------------------------
-
-std::vector<std::string>& captured() {
-  static std::vector<std::string> lines;
-  return lines;
-}
-void capture_line(std::string_view line) { captured().emplace_back(line); }
-
-// Turns the given logs on into a buffer for the test's lifetime.
-class LogCapture {
- public:
-  explicit LogCapture(unsigned mask) {
-    captured().clear();
-    prev_ = jit::set_log_mask(mask);
-    jit::set_log_sink(&capture_line);
-  }
-  ~LogCapture() {
-    jit::set_log_mask(prev_);
-    jit::set_log_sink(nullptr);
-  }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-  int count(std::string_view needle) const {
-    int n = 0;
-    for (const std::string& l : captured())
-      if (l.find(needle) != std::string::npos) ++n;
-    return n;
-  }
-  std::string all() const {
-    std::string s;
-    for (const std::string& l : captured()) s += l + "\n";
-    return s;
-  }
-
- private:
-  unsigned prev_ = 0;
-};
+using test::LogCapture;
 
 unsigned mask_of(jit::Log l) { return static_cast<unsigned>(l); }
 
