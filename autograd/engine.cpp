@@ -10,6 +10,7 @@
 #include "autograd/node.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "core/trace_hooks.h"
 
 namespace ember::autograd {
 namespace {
@@ -25,6 +26,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   EMBER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " tensors but ",
               grads.size(), " gradients");
   NoGradGuard no_grad;  // formulas build plain tensors (no double backward)
+  if (const TraceHooks* h = trace_hooks(); h && h->on_backward) h->on_backward();
   std::unordered_map<Node*, Tensor> buffer;
   std::unordered_map<Node*, int> pending;
   std::vector<std::shared_ptr<Node>> root_nodes;

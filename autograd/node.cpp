@@ -61,6 +61,8 @@ std::vector<Tensor> AccumulateGrad::apply(Tensor g) {
   AutogradMeta& m = meta(t);
   NoGradGuard no_grad;
   if (g.dtype() != t.dtype()) g = g.to(t.dtype());
+  // What the slot holds decides between the two paths below: a tracer records it.
+  if (const TraceHooks* h = trace_hooks(); h && h->on_grad_read) h->on_grad_read(t, m.grad);
   if (!m.grad.defined()) {
     // Keep the incoming buffer when this is its only handle and nothing else shares its memory;
     // otherwise own a copy, so a later in-place update of .grad cannot write into another tensor.

@@ -36,7 +36,9 @@ bool Tensor::is_leaf() const {
 
 Tensor Tensor::grad() const {
   const AutogradMeta* m = impl()->autograd.get();
-  return m ? m->grad : Tensor();
+  Tensor g = m ? m->grad : Tensor();
+  if (const TraceHooks* h = trace_hooks(); h && h->on_grad_read) h->on_grad_read(*this, g);
+  return g;
 }
 
 void Tensor::set_grad(const Tensor& g) {

@@ -1,7 +1,7 @@
 #pragma once
 // Events the JIT's tracer needs besides dispatched ops (core/dispatch.h's trace observer): tensors
-// born outside dispatch, host bytes written into them, host reads of tensor data, and writes of
-// a parameter's .grad slot. Core and autograd call these through one thread-local pointer, so
+// born outside dispatch, host bytes written into them, host reads of tensor data, reads and
+// writes of a parameter's .grad slot, and backward passes. Core and autograd call these through one thread-local pointer, so
 // code outside a trace pays one predictable branch; nothing here includes jit/.
 #include <source_location>
 
@@ -19,6 +19,11 @@ struct TraceHooks {
                        const std::source_location& where) = nullptr;
   // `param`'s .grad slot now holds `grad` (undefined: cleared).
   void (*on_grad_set)(const Tensor& param, const Tensor& grad) = nullptr;
+  // Code read `param`'s .grad slot, which holds `grad` (undefined: none): Tensor::grad(), and
+  // the backward engine before it accumulates into the slot.
+  void (*on_grad_read)(const Tensor& param, const Tensor& grad) = nullptr;
+  // The backward engine ran (autograd::backward).
+  void (*on_backward)() = nullptr;
 };
 
 // detail::t_trace_hooks and note_host_read are declared in core/tensor.h (its inline accessors

@@ -50,9 +50,31 @@ struct Entry {
     std::unique_ptr<Executor> exec;
   };
   std::vector<Instance> instances;
+  // The gradients the executable (or template) reads when a call begins; empty while tracing.
+  std::vector<GradGuard> grads;
 };
 
 constexpr size_t kMaxInstances = 8;
+
+std::vector<GradGuard> grad_guards(const Graph& g) {
+  std::vector<GradGuard> out;
+  for (const GradInput& gi : g.grad_inputs) {
+    GradGuard x;
+    x.param = g.state[gi.param];
+    x.state = gi.param;
+    x.defined = gi.defined;
+    x.bound = gi.value != kNoValue;
+    if (x.bound) {
+      const Value& v = g.values[gi.value];
+      x.sizes = v.shape;
+      x.strides = v.strides;
+      x.dtype = v.dtype;
+      x.device = v.device;
+    }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
 
 // Whether some argument's sizes differ between two traces: only then can they generalize.
 bool sizes_differ(const Graph& a, const Graph& b) {
@@ -120,6 +142,7 @@ struct CompiledCore::Impl {
     }
     last_graph = g.str();
     if (log_enabled(Log::graph)) log(Log::graph, options.name + ": optimized graph\n" + last_graph);
+    e.grads = grad_guards(g);
     e.exec = std::make_unique<Executor>(std::move(g), executor_options());
     const auto t2 = Clock::now();
     e.state = Entry::State::Compiled;
@@ -177,7 +200,11 @@ struct CompiledCore::Impl {
             if (x.sizes[d] != y.sizes[d]) mask[i] |= static_cast<uint16_t>(1u << d);
           mask[i] |= b.sig.sym[i];
         }
-        if (!same) continue;
+        bool changed = false;
+        for (uint16_t m : mask) changed = changed || m != 0;
+        // Nothing to generalize over: the same sizes as an executable that did not fit (its
+        // gradients were set differently, say) start a trace of their own.
+        if (!same || !changed) continue;
         sig.sym = mask;
         e.epoch = b.epoch;  // the seed trace's settings
         e.prev = std::make_unique<Graph>(*seed);
@@ -199,10 +226,11 @@ struct CompiledCore::Impl {
 
   // Serves a call from a symbolic entry's template.
   enum class TemplateRun { Served, Disagree, Retrace };
-  TemplateRun run_template(Entry& e, std::span<const Tensor> tensors,
+  TemplateRun run_template(Entry& e, std::span<const Tensor> user_args,
                            std::vector<Tensor>& outputs) {
     std::vector<int64_t>& sv = scratch_sizes;
-    if (!symbol_values(*e.tmpl, tensors, sv)) return TemplateRun::Disagree;
+    if (!symbol_values(*e.tmpl, user_args, sv)) return TemplateRun::Disagree;
+    const std::span<const Tensor> tensors = bind_args(e, user_args);
     Entry::Instance* inst = nullptr;
     for (auto& i : e.instances)
       if (i.sizes == sv) inst = &i;
@@ -237,6 +265,7 @@ struct CompiledCore::Impl {
       log(Log::recompiles, options.name + ": recompiling: " + stale);
       ++stats.recompiles;
       e.tmpl.reset();
+      e.grads.clear();
       e.instances.clear();
       e.traces = 0;
       return TemplateRun::Retrace;
@@ -263,11 +292,46 @@ struct CompiledCore::Impl {
   // The entry serving this call: an exact one before a symbolic one, so a size that was
   // specialized keeps its executor. Allocates nothing.
   Entry* lookup(std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode) {
-    if (last && !last->sig.symbolic && fits(last->sig, tensors, plain, grad_mode)) return last;
+    auto serves = [&](const Entry& c) {
+      return fits(c.sig, tensors, plain, grad_mode) && grads_fit(c.grads);
+    };
+    if (last && !last->sig.symbolic && serves(*last)) return last;
     for (auto& c : entries)
-      if (fits(c->sig, tensors, plain, grad_mode)) return c.get();
+      if (serves(*c)) return c.get();
     return nullptr;
   }
+
+  // Why no entry serves this call, for the log: the gradients of an entry whose arguments fit,
+  // else the arguments against the last entry used.
+  std::string why_missed(std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode) {
+    std::string why;
+    for (auto& c : entries)
+      if (fits(c->sig, tensors, plain, grad_mode) && !grads_fit(c->grads, &why)) return why;
+    if (last) fits(last->sig, tensors, plain, grad_mode, &why);
+    return why;
+  }
+
+  // The executable's arguments: the call's tensors, then the gradients it reads (GradInput). A
+  // gradient that an executable of this function left in the arenas they share is copied out
+  // first (the parameter's .grad becomes the copy): this call's intermediates may reuse those
+  // bytes. Valid until call_args is cleared after the run.
+  std::span<const Tensor> bind_args(const Entry& e, std::span<const Tensor> tensors) {
+    bool any = false;
+    for (const GradGuard& g : e.grads) any = any || g.bound;
+    if (!any) return tensors;
+    call_args.assign(tensors.begin(), tensors.end());
+    for (const GradGuard& g : e.grads) {
+      if (!g.bound) continue;
+      Tensor grad = g.param.grad();
+      if (arena_pool->owns(grad.impl()->storage.get())) {
+        grad = grad.clone();
+        const_cast<Tensor&>(g.param).set_grad(grad);
+      }
+      call_args.push_back(std::move(grad));
+    }
+    return call_args;
+  }
+  std::vector<Tensor> call_args;
 
   void trace(Entry& e, std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode,
              EagerFn eager, void* ctx, std::vector<Tensor>& outputs) {
@@ -296,10 +360,11 @@ struct CompiledCore::Impl {
       return;
     }
     Graph g = std::move(tracer->graph());
+    const bool ran_backward = tracer->ran_backward();
     tracer.reset();  // uninstall the hooks before anything else runs ops
     // Replays return plain tensors: an output still needing autograd after the call cannot be
-    // served from an executable.
-    if (g.grad_effects.empty())
+    // served from an executable (after a backward, the graph behind it is spent anyway).
+    if (!ran_backward)
       for (size_t i = 0; i < outputs.size(); ++i)
         if (outputs[i].requires_grad()) {
           const std::string why = "return: output " + std::to_string(i) +
@@ -315,6 +380,7 @@ struct CompiledCore::Impl {
       std::optional<SymbolicTemplate> t = generalize(*e.prev, g, e.sig.sym, &why);
       if (t) {
         e.tmpl = std::make_unique<SymbolicTemplate>(std::move(*t));
+        e.grads = grad_guards(e.tmpl->graph);
         e.prev.reset();
         ++stats.executables;
         log(Log::recompiles, options.name + ": dynamic: one executable for " + e.tmpl->describe());
@@ -374,6 +440,11 @@ void CompiledCore::reset() {
 void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, EagerFn eager,
                         void* ctx, std::vector<Tensor>& outputs) {
   Impl& m = *impl_;
+  // The gradients bound for this call are let go when it returns, however it returns.
+  struct ReleaseArgs {
+    std::vector<Tensor>& args;
+    ~ReleaseArgs() { args.clear(); }
+  } release{m.call_args};
   const bool grad_mode = GradMode::is_enabled();
   Entry* e = m.lookup(tensors, plain, grad_mode);
   if (e && e->tmpl) {
@@ -390,7 +461,7 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
     if (stale.empty()) {
       m.last = e;
       const int32_t captures = e->exec->stats().graph_captures;
-      e->exec->run(tensors, outputs);
+      e->exec->run(m.bind_args(*e, tensors), outputs);
       ++m.stats.replays;
       if (e->exec->stats().graph_nodes > 0) ++m.stats.graph_replays;
       m.stats.graph_captures += e->exec->stats().graph_captures - captures;
@@ -399,6 +470,7 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
     log(Log::recompiles, m.options.name + ": recompiling: " + stale);
     ++m.stats.recompiles;
     e->exec.reset();
+    e->grads.clear();
     e->state = Entry::State::Tracing;
     e->traces = 0;
   }
@@ -420,7 +492,7 @@ void CompiledCore::call(std::span<const Tensor> tensors, const PlainKey& plain, 
     std::string reason;
     if (m.last) {
       ++m.stats.recompiles;
-      fits(m.last->sig, tensors, plain, grad_mode, &reason);
+      reason = m.why_missed(tensors, plain, grad_mode);
     }
     e = m.make_entry(tensors, plain, grad_mode);
     if (log_enabled(Log::cache)) {

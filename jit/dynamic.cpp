@@ -103,6 +103,13 @@ std::optional<SymbolicTemplate> generalize(const Graph& a, const Graph& b,
     if (a.grad_effects[i].state != b.grad_effects[i].state ||
         a.grad_effects[i].value != b.grad_effects[i].value)
       return fail("the traces set different gradients");
+  if (a.grad_inputs.size() != b.grad_inputs.size())
+    return fail("the traces read different gradients");
+  for (size_t i = 0; i < a.grad_inputs.size(); ++i)
+    if (a.grad_inputs[i].param != b.grad_inputs[i].param ||
+        a.grad_inputs[i].value != b.grad_inputs[i].value ||
+        a.grad_inputs[i].defined != b.grad_inputs[i].defined)
+      return fail("the traces read different gradients");
   const Finder find{pairs};
   using Field = SymbolicTemplate::Field;
   for (size_t i = 0; i < a.nodes.size(); ++i) {

@@ -30,6 +30,12 @@ class ArenaPool {
   // Makes that storage at least `bytes` long; a larger one replaces the old memory.
   void reserve(size_t index, Device device, size_t bytes);
   uint64_t generation() const { return generation_; }
+  // Whether `s` is one of the pool's arenas (a gradient an executable left there, say).
+  bool owns(const Storage* s) const {
+    for (const Slot& slot : slots_)
+      if (slot.storage.get() == s) return true;
+    return false;
+  }
 
  private:
   struct Slot {

@@ -111,6 +111,12 @@ std::string fingerprint(const Graph& g) {
     w.pod(e.state);
     w.pod(e.value);
   }
+  w.pod(-1);
+  for (const GradInput& gi : g.grad_inputs) {
+    w.pod(gi.param);
+    w.pod(gi.value);
+    w.pod(gi.defined);
+  }
   return w.s;
 }
 
@@ -137,6 +143,15 @@ std::string first_difference(const Graph& a, const Graph& b) {
       return os.str();
     }
   }
+  if (a.grad_inputs.size() != b.grad_inputs.size())
+    return "it reads the gradients of " + std::to_string(b.grad_inputs.size()) +
+           " parameters before setting them, the previous trace " +
+           std::to_string(a.grad_inputs.size());
+  for (size_t i = 0; i < a.grad_inputs.size(); ++i)
+    if (a.grad_inputs[i].defined != b.grad_inputs[i].defined)
+      return "state " + std::to_string(b.grad_inputs[i].param) + "'s gradient was " +
+             (b.grad_inputs[i].defined ? "set" : "none") + " when the call began, in the previous "
+             "trace " + (a.grad_inputs[i].defined ? "set" : "none");
   if (a.state.size() != b.state.size()) return "it reads different state tensors";
   for (size_t i = 0; i < a.state.size(); ++i)
     if (!a.state[i].is_same(b.state[i]))

@@ -254,6 +254,13 @@ std::string Graph::str() const {
     if (n.group >= 0) os << "  [group " << n.group << "]";
     os << "\n";
   }
+  for (const GradInput& gi : grad_inputs) {
+    os << "  state " << gi.param << ".grad at the call: ";
+    if (gi.value != kNoValue)
+      os << "%" << gi.value << "\n";
+    else
+      os << (gi.defined ? "set (contents unread)\n" : "none\n");
+  }
   for (const GradEffect& e : grad_effects) {
     os << "  state " << e.state << ".grad := ";
     if (e.value == kNoValue)

@@ -69,6 +69,19 @@ struct Group {
   std::vector<ValueId> outputs;  // needed after the group (the rest stays internal)
 };
 
+// What a parameter's .grad held when the call began, for a parameter whose gradient the function
+// read before (or instead of) setting it: gradient accumulation, an optimizer step without
+// zero_grad, zero_grad itself. Such a gradient is not state bound by identity (the user, or
+// zero_grad(set_to_none) and the next backward, replace it between calls) but an implicit
+// argument: read live at every call, after the function's own arguments, and guarded like them.
+// `value` is that argument's input value, or kNoValue when nothing read its contents (then only
+// whether a gradient was there is guarded: `defined`).
+struct GradInput {
+  int32_t param = -1;  // index into Graph::state
+  ValueId value = kNoValue;
+  bool defined = false;
+};
+
 // p.grad := value at the end of a replay (kNoValue clears it). One entry per parameter: the
 // last write of the trace wins.
 struct GradEffect {
@@ -79,11 +92,12 @@ struct GradEffect {
 struct Graph {
   std::vector<Value> values;
   std::vector<Node> nodes;
-  std::vector<ValueId> inputs;    // per function argument tensor, in order
+  std::vector<ValueId> inputs;    // per argument tensor, in order, then the read gradients
   std::vector<ValueId> outputs;   // what the function returned, in order
   std::vector<Tensor> state;      // by identity; Value::slot indexes this
   std::vector<Tensor> constants;  // frozen host data; Value::slot indexes this
   std::vector<GradEffect> grad_effects;
+  std::vector<GradInput> grad_inputs;  // their values are the last entries of `inputs`
   std::vector<Group> groups;
 
   ValueId add_value(Value v);

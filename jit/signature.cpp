@@ -118,4 +118,20 @@ bool fits(const Signature& s, std::span<const Tensor> t, const PlainKey& plain, 
   return miss(why, "a plain argument changed");  // not reached: some argument differs
 }
 
+bool grads_fit(std::span<const GradGuard> guards, std::string* why) {
+  for (const GradGuard& g : guards) {
+    const Tensor cur = g.param.grad();
+    if (cur.defined() != g.defined)
+      return miss(why, "state ", g.state, " (shape ", g.param.sizes(), ") gradient: ",
+                  g.defined ? "set" : "none", " -> ", cur.defined() ? "set" : "none");
+    if (!g.bound) continue;
+    const TensorImpl& x = *cur.impl();
+    if (x.sizes != g.sizes || x.strides != g.strides || x.dtype != g.dtype || x.device != g.device)
+      return miss(why, "state ", g.state, " gradient layout: ", dtype_name(g.dtype), g.sizes, "/",
+                  g.strides, "@", g.device.str(), " -> ", dtype_name(x.dtype), x.sizes, "/",
+                  x.strides, "@", x.device.str());
+  }
+  return true;
+}
+
 }  // namespace ember::jit::detail

@@ -54,6 +54,23 @@ struct Signature {
   static Signature of(std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode);
 };
 
+// A gradient the traced function read when the call began (jit/graph.h, GradInput): whether the
+// parameter had one and, when its contents were read (`bound`: it is passed to the executable
+// as an extra argument), its layout. Checked at every call after the arguments.
+struct GradGuard {
+  Tensor param;
+  int32_t state = -1;  // the parameter's state index, for messages
+  bool defined = false;
+  bool bound = false;
+  Shape sizes;
+  Strides strides;
+  DType dtype = kFloat32;
+  Device device;
+};
+
+// Whether every parameter's .grad fits its guard; `why` as for fits().
+bool grads_fit(std::span<const GradGuard> guards, std::string* why = nullptr);
+
 // Index of an earlier argument that is the same tensor as argument i, or -1.
 int32_t alias_of(std::span<const Tensor> t, size_t i);
 

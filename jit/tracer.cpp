@@ -1,5 +1,6 @@
 #include "jit/tracer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/dispatch.h"
@@ -28,7 +29,14 @@ void hook_read(const Tensor& t, const char* what, const std::source_location& wh
 void hook_grad(const Tensor& p, const Tensor& g) {
   if (t_tracer) t_tracer->on_grad_set(p, g);
 }
-const TraceHooks kHooks{&hook_new, &hook_data, &hook_read, &hook_grad};
+void hook_grad_read(const Tensor& p, const Tensor& g) {
+  if (t_tracer) t_tracer->on_grad_read(p, g);
+}
+void hook_backward() {
+  if (t_tracer) t_tracer->on_backward();
+}
+const TraceHooks kHooks{&hook_new,  &hook_data,      &hook_read,
+                        &hook_grad, &hook_grad_read, &hook_backward};
 
 std::string site(const std::source_location& w) {
   std::string file = w.file_name();
@@ -186,8 +194,29 @@ void Tracer::on_host_read(const Tensor& t, const char* what, const std::source_l
       &where);
 }
 
+void Tracer::on_grad_read(const Tensor& param, const Tensor& grad) {
+  if (broken_ || suspended_ || finished_) return;
+  // Only what the slot held when the call began: later reads see this call's own writes.
+  if (!grad_touched_.insert(param.impl()).second) return;
+  const ValueId known = lookup(param);
+  if (known != kNoValue && graph_.values[known].kind != ValueKind::State) return;
+  const ValueId p = value_of(param);
+  if (broken_) return;
+  if (graph_.values[p].kind != ValueKind::State || graph_.values[p].root != p) return;
+  GradInput gi;
+  gi.param = graph_.values[p].slot;
+  gi.defined = grad.defined();
+  if (grad.defined() && lookup(grad) == kNoValue) {
+    // Read live, after the function's own arguments (finish() drops it again if unused).
+    gi.value = graph_.add_input(grad, static_cast<int32_t>(graph_.inputs.size()));
+    bind(grad, gi.value);
+  }
+  graph_.grad_inputs.push_back(gi);
+}
+
 void Tracer::on_grad_set(const Tensor& param, const Tensor& grad) {
   if (broken_ || suspended_ || finished_) return;
+  grad_touched_.insert(param.impl());  // set before any read: what it held does not matter
   const ValueId p = value_of(param);
   if (broken_) return;
   if (graph_.values[p].kind != ValueKind::State || graph_.values[p].root != p) {
@@ -281,10 +310,33 @@ void Tracer::finish(const std::vector<Tensor>& outputs) {
   }
   if (!broken_) {
     for (int32_t slot : grad_order_) graph_.grad_effects.push_back({slot, grads_[slot]});
+    drop_unread_grad_inputs();
     if (detail::t_draws.default_counters - rng_drawn_start_ != rng_traced_)
       brk("generator", "the function drew from the default generator outside the traced ops");
   }
   finished_ = true;
+}
+
+// A gradient whose contents nothing read (zero_grad looks at the slot only to clear it) is no
+// argument: binding it would keep the old gradient alive through the replay, a peak eager does
+// not have. Only whether it was there stays guarded.
+void Tracer::drop_unread_grad_inputs() {
+  if (graph_.grad_inputs.empty()) return;
+  std::vector<char> read(graph_.values.size(), 0);
+  for (const Node& n : graph_.nodes)
+    for (ValueId v : n.inputs) read[graph_.values[v].root] = 1;
+  for (ValueId v : graph_.outputs) read[graph_.values[v].root] = 1;
+  for (const GradEffect& e : graph_.grad_effects)
+    if (e.value != kNoValue) read[graph_.values[e.value].root] = 1;
+  for (GradInput& gi : graph_.grad_inputs)
+    if (gi.value != kNoValue && !read[gi.value]) {
+      graph_.inputs.erase(std::find(graph_.inputs.begin(), graph_.inputs.end(), gi.value));
+      graph_.values[gi.value].slot = -1;
+      gi.value = kNoValue;
+    }
+  for (size_t i = 0; i < graph_.inputs.size(); ++i)
+    if (graph_.values[graph_.inputs[i]].slot >= 0)
+      graph_.values[graph_.inputs[i]].slot = static_cast<int32_t>(i);
 }
 
 }  // namespace ember::jit

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "jit/graph.h"
@@ -44,6 +45,9 @@ class Tracer {
   void on_host_data(const Tensor& t);
   void on_host_read(const Tensor& t, const char* what, const std::source_location& where);
   void on_grad_set(const Tensor& param, const Tensor& grad);
+  void on_grad_read(const Tensor& param, const Tensor& grad);
+  void on_backward() { ran_backward_ = true; }
+  bool ran_backward() const { return ran_backward_; }
 
  private:
   struct Known {
@@ -62,6 +66,7 @@ class Tracer {
   void bind(const Tensor& t, ValueId v);
   Value meta_of(const Tensor& t, ValueKind kind) const;
   bool is_fresh(const Tensor& t) const;
+  void drop_unread_grad_inputs();
 
   Graph graph_;
   bool fullgraph_;
@@ -74,6 +79,8 @@ class Tracer {
   std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>> fresh_;
   std::unordered_map<int32_t, ValueId> grads_;  // state slot -> last grad value (kNoValue: none)
   std::vector<int32_t> grad_order_;
+  std::unordered_set<const TensorImpl*> grad_touched_;  // parameters whose slot was read or set
+  bool ran_backward_ = false;
   uint64_t rng_drawn_start_ = 0;  // this thread's default-generator counters at the start
   uint64_t rng_traced_ = 0;       // counters the traced random ops drew
   uint64_t rng_seed_ = 0;

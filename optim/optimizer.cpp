@@ -14,14 +14,16 @@ Optimizer::Optimizer(std::unique_ptr<OptimizerOptions> defaults) : defaults_(std
 void Optimizer::zero_grad(bool set_to_none) {
   for (ParamGroup& g : groups_) {
     for (Tensor& p : g.params) {
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
+      // Clearing needs no look at the slot: a compiled step then does not depend on whether a
+      // gradient was there (jit/graph.h, GradInput).
       if (set_to_none) {
         p.set_grad(Tensor());
-      } else {
-        NoGradGuard no_grad;
-        grad.zero_();
+        continue;
       }
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      NoGradGuard no_grad;
+      grad.zero_();
     }
   }
 }

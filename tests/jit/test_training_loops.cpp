@@ -230,7 +230,7 @@ TEST_CASE("jit loops: shuffled batches gathered with index_select replay", "[jit
   for (Model m : kModels) {
     const jit::CompileStats s = compiled_equals_eager(m, Device::cpu(), 20, [&](int i) {
       const Tensor idx = index.slice(0, (i % 10) * 64, (i % 10 + 1) * 64);
-      return std::pair{d.x.index_select(0, idx), d.y.index_select(0, idx)};
+      return std::pair{index_select(d.x, 0, idx), index_select(d.y, 0, idx)};
     }, {});
     INFO(model_name(m) << ": " << describe(s));
     CHECK(s.executables == 1);
