@@ -387,10 +387,11 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");
       if (a.device.is_cuda()) {
         const int n = cuda::device_count();
-        EMBER_CHECK(n > 0, "to(", a.device.str(), "): CUDA is not available (Ember built without "
+        EMBER_CHECK(n > 0, "to(", a.device.str(),
+                    "): CUDA is not available (Ember built without "
                     "CUDA, or no CUDA driver or device was found)");
-        EMBER_CHECK(a.device.index >= 0 && a.device.index < n, "to(", a.device.str(),
-                    "): device ", a.device.str(), " does not exist (", n,
+        EMBER_CHECK(a.device.index >= 0 && a.device.index < n, "to(", a.device.str(), "): device ",
+                    a.device.str(), " does not exist (", n,
                     n == 1 ? " CUDA device is" : " CUDA devices are", " visible)");
       }
       return {in[0].sizes(), in[0].dtype(), a.device};

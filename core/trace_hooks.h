@@ -1,8 +1,9 @@
 #pragma once
 // Events the JIT's tracer needs besides dispatched ops (core/dispatch.h's trace observer): tensors
 // born outside dispatch, host bytes written into them, host reads of tensor data, reads and
-// writes of a parameter's .grad slot, and backward passes. Core and autograd call these through one thread-local pointer, so
-// code outside a trace pays one predictable branch; nothing here includes jit/.
+// writes of a parameter's .grad slot, and backward passes. Core and autograd call these through one
+// thread-local pointer, so code outside a trace pays one predictable branch; nothing here includes
+// jit/.
 #include <source_location>
 
 #include "core/tensor.h"

@@ -50,7 +50,7 @@ struct Entry {
     std::unique_ptr<Executor> exec;
   };
   std::vector<Instance> instances;
-  // The gradients the executable (or template) reads when a call begins; empty while tracing.
+  // The gradients the executable (or template, or the last trace) read when a call began.
   std::vector<GradGuard> grads;
 };
 
@@ -421,6 +421,9 @@ struct CompiledCore::Impl {
     }
     e.prev = std::make_unique<Graph>(std::move(g));
     e.prev_fp = std::move(fp);
+    // While it traces, the entry serves only calls whose gradients are set as in its last trace
+    // (another setting, a gradient-accumulation loop's first micro-batch say, traces apart).
+    e.grads = grad_guards(*e.prev);
   }
 };
 

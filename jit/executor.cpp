@@ -119,42 +119,47 @@ void Executor::build_slots() {
   }
   input_members_.assign(g_.inputs.size(), {});
   std::vector<int32_t> fresh_index(nv, -1);
+  // Roots first: passes can leave a name aliasing a root made after it (constant folding
+  // points a replaced value at its constant).
   for (size_t i = 0; i < nv; ++i) {
     const auto id = static_cast<ValueId>(i);
     const Value& v = g_.values[i];
-    if (v.root == id) {
-      switch (v.kind) {
-        case ValueKind::State:
-          slots_[i] = g_.state[v.slot].impl_ptr();
-          break;
-        case ValueKind::Constant:
-          slots_[i] = g_.constants[v.slot].impl_ptr();
-          break;
-        case ValueKind::Input:
-          slots_[i] = impl_for(v);
-          break;
-        case ValueKind::Node: {
-          slots_[i] = impl_for(v);
-          if (plan_.arena_of[i] >= 0) {
-            slots_[i]->storage = arenas_[plan_.arena_of[i]];
-            slots_[i]->offset = plan_.offset_of[i] / element_size(v.dtype);
-          } else if (plan_.fresh[i]) {
-            fresh_index[i] = static_cast<int32_t>(fresh_roots_.size());
-            fresh_roots_.push_back(id);
-            fresh_members_.push_back({id});
-          }
-          break;
+    if (v.root != id) continue;
+    switch (v.kind) {
+      case ValueKind::State:
+        slots_[i] = g_.state[v.slot].impl_ptr();
+        break;
+      case ValueKind::Constant:
+        slots_[i] = g_.constants[v.slot].impl_ptr();
+        break;
+      case ValueKind::Input:
+        slots_[i] = impl_for(v);
+        break;
+      case ValueKind::Node: {
+        slots_[i] = impl_for(v);
+        if (plan_.arena_of[i] >= 0) {
+          slots_[i]->storage = arenas_[plan_.arena_of[i]];
+          slots_[i]->offset = plan_.offset_of[i] / element_size(v.dtype);
+        } else if (plan_.fresh[i]) {
+          fresh_index[i] = static_cast<int32_t>(fresh_roots_.size());
+          fresh_roots_.push_back(id);
+          fresh_members_.push_back({id});
         }
+        break;
       }
-    } else {
-      // A view or in-place version: the root's memory, at the same distance from the root's
-      // first element as in the trace.
-      const Value& r = g_.values[v.root];
-      slots_[i] = impl_for(v);
-      slots_[i]->storage = slots_[v.root]->storage;
-      slots_[i]->offset = slots_[v.root]->offset + (v.offset - r.offset);
-      if (fresh_index[v.root] >= 0) fresh_members_[fresh_index[v.root]].push_back(id);
     }
+  }
+  for (size_t i = 0; i < nv; ++i) {
+    const auto id = static_cast<ValueId>(i);
+    const Value& v = g_.values[i];
+    if (v.root == id) continue;
+    // A view or in-place version: the root's memory, at the same distance from the root's
+    // first element as in the trace.
+    const Value& r = g_.values[v.root];
+    slots_[i] = impl_for(v);
+    slots_[i]->storage = slots_[v.root]->storage;
+    slots_[i]->offset = slots_[v.root]->offset + (v.offset - r.offset);
+    if (fresh_index[v.root] >= 0) fresh_members_[fresh_index[v.root]].push_back(id);
   }
   // Arguments: the values following each argument's memory.
   for (size_t a = 0; a < g_.inputs.size(); ++a) {
@@ -695,6 +700,16 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
     run_steps(true);
     capture_placeholders_ = nullptr;
     capture_output_copy_ = nullptr;
+    // An argument the step writes in place (a gradient it accumulates into) goes back to the
+    // caller's tensor from its static copy.
+    input_back_.assign(input_members_.size(), -1);
+    if (copy_args_)
+      for (size_t a = 0; a < static_inputs_.size(); ++a)
+        if (static_inputs_[a] && args[a].nbytes() > 0 &&
+            std::find(written_external_.begin(), written_external_.end(), g_.inputs[a]) !=
+                written_external_.end())
+          input_back_[a] = cuda::capture_copy(args[a].raw_data(), static_inputs_[a]->data,
+                                              static_cast<size_t>(args[a].nbytes()), dev);
     for (size_t f = 0; f < static_fresh_.size(); ++f)  // those no step writes, at the end
       if (placeholders[f] && bg.output_copy[f] < 0)
         bg.output_copy[f] = cuda::capture_copy(placeholders[f]->data, static_fresh_[f]->data,
@@ -825,9 +840,13 @@ void Executor::replay_graph(BoundGraph& bg, std::span<const Tensor> args,
   cuda::Graph& graph = *bg.graph;
   if (copy_args_)
     for (size_t a = 0; a < static_inputs_.size(); ++a)
-      if (input_copy_[a] >= 0)
+      if (input_copy_[a] >= 0) {
         cuda::set_graph_copy(graph, input_copy_[a], static_inputs_[a]->data, args[a].raw_data(),
                              static_cast<size_t>(args[a].nbytes()));
+        if (input_back_[a] >= 0)
+          cuda::set_graph_copy(graph, input_back_[a], args[a].raw_data(), static_inputs_[a]->data,
+                               static_cast<size_t>(args[a].nbytes()));
+      }
   if (rng_counters_ > 0) {
     Generator& gen = default_generator();
     const uint64_t state[2] = {gen.seed(), gen.advance(rng_counters_)};

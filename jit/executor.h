@@ -166,6 +166,7 @@ class Executor {
   int32_t rebinds_ = 0;                    // captures made because the arguments moved
   std::vector<StoragePtr> static_inputs_;  // the fallback's argument buffers
   std::vector<int> input_copy_;            // the fallback's copy of each argument in (-1: none)
+  std::vector<int> input_back_;            // ... and back out, for one the step writes (-1: none)
   std::vector<StoragePtr> static_fresh_;
   std::vector<StoragePtr> out_copies_;
   // Returned scalars (a loss) that the graphs also copy to pinned host memory right after the

@@ -150,8 +150,10 @@ std::string first_difference(const Graph& a, const Graph& b) {
   for (size_t i = 0; i < a.grad_inputs.size(); ++i)
     if (a.grad_inputs[i].defined != b.grad_inputs[i].defined)
       return "state " + std::to_string(b.grad_inputs[i].param) + "'s gradient was " +
-             (b.grad_inputs[i].defined ? "set" : "none") + " when the call began, in the previous "
-             "trace " + (a.grad_inputs[i].defined ? "set" : "none");
+             (b.grad_inputs[i].defined ? "set" : "none") +
+             " when the call began, in the previous "
+             "trace " +
+             (a.grad_inputs[i].defined ? "set" : "none");
   if (a.state.size() != b.state.size()) return "it reads different state tensors";
   for (size_t i = 0; i < a.state.size(); ++i)
     if (!a.state[i].is_same(b.state[i]))

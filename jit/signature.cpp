@@ -99,7 +99,8 @@ bool fits(const Signature& s, std::span<const Tensor> t, const PlainKey& plain, 
     const int32_t al = (a.alias != -1 || i > 0) ? alias_of(t, i) : -1;
     if (al != a.alias) {
       if (a.alias == -1) return miss(why, "input ", i, " is now the same tensor as input ", al);
-      if (al == -1) return miss(why, "input ", i, " is no longer the same tensor as input ", a.alias);
+      if (al == -1)
+        return miss(why, "input ", i, " is no longer the same tensor as input ", a.alias);
       return miss(why, "input ", i, " is now the same tensor as input ", al, " instead of ",
                   a.alias);
     }
@@ -122,8 +123,9 @@ bool grads_fit(std::span<const GradGuard> guards, std::string* why) {
   for (const GradGuard& g : guards) {
     const Tensor cur = g.param.grad();
     if (cur.defined() != g.defined)
-      return miss(why, "state ", g.state, " (shape ", g.param.sizes(), ") gradient: ",
-                  g.defined ? "set" : "none", " -> ", cur.defined() ? "set" : "none");
+      return miss(why, "state ", g.state, " (shape ", g.param.sizes(),
+                  ") gradient: ", g.defined ? "set" : "none", " -> ",
+                  cur.defined() ? "set" : "none");
     if (!g.bound) continue;
     const TensorImpl& x = *cur.impl();
     if (x.sizes != g.sizes || x.strides != g.strides || x.dtype != g.dtype || x.device != g.device)

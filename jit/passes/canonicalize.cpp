@@ -55,6 +55,8 @@ ValueId transposed(Graph& g, ValueId v, std::vector<Node>& inserts) {
 // contiguous(transpose(mm(A, B))) -- how autograd hands a Linear weight its gradient -- is
 // mm(B^T, A^T): one GEMM with transposed operands instead of a GEMM plus a transposing copy.
 // Only when the product and its transpose are read by nothing else and nothing writes them.
+// Not on the CPU: Eigen evaluates the two products with their operands in other roles, which
+// rounds differently, and a replay must give eager's bits (the copy costs little there).
 bool fold_transposed_product(Graph& g, size_t i, const std::vector<std::vector<int32_t>>& consumers,
                              const std::vector<int64_t>& last_write,
                              std::vector<std::vector<Node>>& inserts) {
@@ -64,6 +66,7 @@ bool fold_transposed_product(Graph& g, size_t i, const std::vector<std::vector<i
   if (pv < 0 || g.nodes[pv].op != OpId::permute || g.nodes[pv].attrs.dims != Dims{1, 0})
     return false;
   const ValueId m = g.nodes[pv].inputs[0];
+  if (!g.values[m].device.is_cuda()) return false;
   const int32_t pm = g.values[m].producer;
   if (pm < 0 || g.nodes[pm].op != OpId::mm || g.nodes[pm].inplace) return false;
   if (g.values[m].root != m || last_write[m] >= 0 || last_write[g.values[n.out].root] >= 0)

@@ -145,5 +145,6 @@ TEST_CASE("jit threads: another thread drawing random numbers does not break a t
   noise.join();
   CHECK(step.stats().graph_breaks == 0);
   CHECK(step.stats().executables == 1);
-  CHECK(step.stats().replays == 9);
+  CHECK(step.stats().traces <= 3);
+  CHECK(step.stats().replays == 12 - step.stats().traces);
 }
