@@ -289,16 +289,25 @@ struct CompiledCore::Impl {
     return entries.front().get();
   }
 
-  // The entry serving this call: an exact one before a symbolic one, so a size that was
-  // specialized keeps its executor. Allocates nothing.
+  // The entry serving this call. A specialized executable (or an exact signature that broke
+  // and runs eagerly) comes first, so a size met before keeps what it had; then a template that
+  // can serve any size; then entries still tracing. Allocates nothing.
   Entry* lookup(std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode) {
     auto serves = [&](const Entry& c) {
       return fits(c.sig, tensors, plain, grad_mode) && grads_fit(c.grads);
     };
-    if (last && !last->sig.symbolic && serves(*last)) return last;
-    for (auto& c : entries)
-      if (serves(*c)) return c.get();
-    return nullptr;
+    auto rank = [](const Entry& c) {
+      if (!c.sig.symbolic && c.state != Entry::State::Tracing) return 0;
+      return c.tmpl ? 1 : 2;
+    };
+    if (last && rank(*last) == 0 && serves(*last)) return last;
+    Entry* best = nullptr;
+    for (auto& c : entries) {
+      if ((best && rank(*c) >= rank(*best)) || !serves(*c)) continue;
+      best = c.get();
+      if (rank(*best) == 0) break;
+    }
+    return best;
   }
 
   // Why no entry serves this call, for the log: the gradients of an entry whose arguments fit,

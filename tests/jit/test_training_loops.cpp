@@ -226,6 +226,26 @@ TEST_CASE("jit loops: dynamic=true over varying sliced sizes serves one template
   }
 }
 
+TEST_CASE("jit loops: a template serves a size whose own traces have not agreed yet", "[jit]") {
+  // Batch sizes cycling b, 3b/4, b/2, 3b/4 + 1 (dynamic auto): once the template exists it
+  // serves b too, instead of tracing b again eagerly (a trace beside the template's arenas
+  // would peak above eager).
+  manual_seed(6);
+  const std::vector<int64_t> sizes = {16, 12, 8, 13};
+  for (Model m : kModels) {
+    std::vector<std::pair<Tensor, Tensor>> batches;
+    for (int i = 0; i < 32; ++i) {
+      const int64_t b = sizes[i % sizes.size()];
+      batches.emplace_back(randn({b, 20}), randint(0, 3, {b}));
+    }
+    const jit::CompileStats s =
+        compiled_equals_eager(m, Device::cpu(), 32, [&](int i) { return batches[i]; }, {});
+    INFO(model_name(m) << ": " << describe(s));
+    CHECK(s.traces <= 3);
+    CHECK(s.replays == 32 - s.traces);
+  }
+}
+
 TEST_CASE("jit loops: shuffled batches gathered with index_select replay", "[jit]") {
   const DataSet d = make_data(Device::cpu(), 640);
   std::vector<int64_t> perm(640);
