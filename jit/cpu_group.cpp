@@ -49,6 +49,7 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
       const Dims& dims = n.attrs.dims;
       reduce_rows_ = !shape_.empty() && std::find(dims.begin(), dims.end(), 0) != dims.end();
       reduce_op_ = n.op;
+      empty_op_ = n.op;
       reduce_attrs_ = n.attrs;
       reduce_in_ = Tensor(chunked_[external(n.inputs[0])].chunk);
       if (reduce_rows_) {
@@ -107,6 +108,7 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
 }
 
 int32_t CpuGroupRunner::kernel_calls_per_run() const {
+  if (numel_of(shape_) == 0) return has_reduce_ ? 1 : 0;
   const int64_t chunks = rows_ > 0 ? (rows_ + rows_per_chunk_ - 1) / rows_per_chunk_ : 0;
   return static_cast<int32_t>(chunks * (members_.size() + (has_reduce_ ? 1 + reduce_rows_ : 0)));
 }
@@ -130,7 +132,23 @@ void CpuGroupRunner::set_chunk(int64_t r0, int64_t n) {
 
 void CpuGroupRunner::run() {
   const Device cpu = Device::cpu();
-  if (rows_ == 0) return;
+  if (numel_of(shape_) == 0) {
+    // Nothing to compute element by element, but a reduction's output may still have elements
+    // (a sum over an empty batch): one call of the op itself over the whole empty input writes
+    // its identity there (0 for a sum, NaN for a mean, an error for amax), exactly as eager.
+    if (!has_reduce_) return;
+    for (Chunked& c : chunked_)
+      if (c.full) {
+        c.chunk->storage = c.full->storage;
+        c.chunk->offset = c.full->offset;
+      }
+    set_chunk(0, rows_);
+    run_kernel({empty_op_, std::span<const Tensor>(&reduce_in_, 1), reduce_attrs_, reduce_out_},
+               cpu);
+    for (Chunked& c : chunked_)
+      if (c.full) c.chunk->storage.reset();
+    return;
+  }
   // Arguments and returned tensors get new memory each call: follow the executor's slots.
   for (Chunked& c : chunked_)
     if (c.full) {

@@ -45,6 +45,7 @@ class CpuGroupRunner {
   bool has_reduce_ = false;
   bool reduce_rows_ = false;  // dim 0 is reduced: chunks give partials to combine
   OpId reduce_op_ = OpId::sum, combine_op_ = OpId::add;
+  OpId empty_op_ = OpId::sum;  // the group's own reduction (a mean stays a mean)
   Attrs reduce_attrs_;
   Tensor reduce_in_;   // chunk view of the reduction's input
   Tensor reduce_out_;  // the full output, or its row chunk when rows are not reduced
