@@ -633,8 +633,10 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
   } else {
     // The graph reads the arguments where they are (check_graph_support: contiguous).
     for (size_t a = 0; a < input_members_.size(); ++a) {
-      if (input_members_[a].empty() || args[a].nbytes() == 0) continue;
-      bg.args[a] = args[a].raw_data();
+      if (input_members_[a].empty()) continue;
+      // An empty argument (a batch of 0) has no address to tell graphs apart by, but its slots
+      // still need a storage: a captured kernel asks them for a (never read) pointer.
+      if (args[a].nbytes() > 0) bg.args[a] = args[a].raw_data();
       const TensorImpl& arg = *args[a].impl();
       const int64_t shift = arg.offset - g_.values[g_.inputs[a]].offset;
       for (ValueId v : input_members_[a]) {
