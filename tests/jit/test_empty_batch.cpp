@@ -241,7 +241,7 @@ TEST_CASE("jit: a reduction over an empty inner dim gives eager's identity", "[j
   // Whichever path serves it (a [5, 0] pointwise result breaks the trace today, so eager).
 }
 
-TEST_CASE("jit: mm with K = 0 is zeros, eager and compiled", "[jit]") {
+TEST_CASE("jit: mm with K = 0 gives zeros eagerly and compiled", "[jit]") {
   check_mm_empty_k(Device::cpu());
 }
 
@@ -266,7 +266,7 @@ TEST_CASE("jit: CUDA sum or mean over an empty batch gives eager's identity", "[
   }
 }
 
-TEST_CASE("jit: CUDA mm with K = 0 is zeros, eager and compiled", "[jit][cuda]") {
+TEST_CASE("jit: CUDA mm with K = 0 gives zeros eagerly and compiled", "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   check_mm_empty_k(Device::cuda(0));
 }
