@@ -186,8 +186,8 @@ void check_out_of_range_target(How how, Device dev) {
   check_unchanged(subject, before, what + " after the failed step");
   if (dev.is_cuda()) CHECK_NOTHROW(cuda::synchronize(0));  // reported once, then cleared
 
-  // The same failed step eagerly, from the same state: eager too raises only at the next sync
-  // and leaves the model alone; the gradients backward left are what the subject holds.
+  // The same failed step eagerly, from the same state: it raises (on the GPU at the next sync)
+  // and leaves the model alone; the gradients it leaves are what the subject holds.
   const std::string eager_msg = error_of([&] { (void)reference.step(x, bad).item<float>(); });
   CHECK_THAT(eager_msg, Contains("target 10 ") && Contains("out of range for 10 classes"));
   check_unchanged(reference, before, what + ": the eager reference after the failed step");
