@@ -27,6 +27,13 @@ struct AllocatorStats {
 AllocatorStats memory_stats(int device = 0);
 void reset_peak_memory_stats(int device = 0);
 void empty_cache();  // returns cached free blocks to the driver
+// What the driver reports for the whole device (cudaMemGetInfo): memory outside Ember's cache
+// counts as used, blocks cached by the allocator too.
+struct DeviceMemoryInfo {
+  int64_t free = 0;   // bytes the driver could still hand out
+  int64_t total = 0;  // bytes on the device
+};
+DeviceMemoryInfo memory_info(int device = 0);
 
 // Whole-replay capture (the JIT's ReduceOverhead mode): everything queued on the device's
 // stream between begin_capture and end_capture becomes one instantiated graph that

@@ -456,6 +456,29 @@ void Executor::drop_replaced_grads() {
   }
 }
 
+// A replay that throws (a kernel met bad input, e.g. an out-of-range target on the CPU) has
+// applied none of its effects, but its kernels may already have written over arena memory that a
+// parameter's gradient from the last call still points at. Such a gradient is dropped, as the
+// step's zero_grad would have left it, rather than left holding another value's bytes; and the
+// call's arguments and returned memory are let go as after a replay that finishes.
+void Executor::abandon_replay() {
+  for (const GradEffect& e : g_.grad_effects) {
+    Tensor& param = g_.state[e.state];
+    const Tensor old = param.grad();
+    if (!old.defined() || old.impl()->storage == nullptr) continue;
+    const Storage* st = old.impl()->storage.get();
+    for (const StoragePtr& a : arenas_)
+      if (a.get() == st) {
+        param.set_grad(Tensor());
+        break;
+      }
+  }
+  for (const std::vector<ValueId>& members : input_members_)
+    for (ValueId v : members) slots_[v]->storage.reset();
+  for (const std::vector<ValueId>& members : fresh_members_)
+    for (ValueId v : members) slots_[v]->storage.reset();
+}
+
 // The arenas' memory, taken at the first replay rather than when the executable was built: the
 // build happens inside the last traced call, whose eager gradients the caller holds until the
 // next call replaces them, and arena + those gradients would be a peak above eager's.
@@ -541,10 +564,15 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
   // The first plain replay loads kernels (cuBLASLt's lazily): profile the second, or the first
   // where a CUDA graph is captured after it.
   const int32_t profiled_replay = graph_ok_ ? 1 : 2;
-  if (plain_replays_ == profiled_replay && log_enabled(Log::perf) && profile_device_ >= 0) {
-    run_steps_profiled(profile_device_);
-  } else {
-    run_steps(false);
+  try {
+    if (plain_replays_ == profiled_replay && log_enabled(Log::perf) && profile_device_ >= 0) {
+      run_steps_profiled(profile_device_);
+    } else {
+      run_steps(false);
+    }
+  } catch (...) {
+    abandon_replay();
+    throw;
   }
   apply_effects();
   outputs.clear();
@@ -610,8 +638,10 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
   } else {
     // The graph reads the arguments where they are (check_graph_support: contiguous).
     for (size_t a = 0; a < input_members_.size(); ++a) {
-      if (input_members_[a].empty() || args[a].nbytes() == 0) continue;
-      bg.args[a] = args[a].raw_data();
+      if (input_members_[a].empty()) continue;
+      // An empty argument (a batch of 0) has no address to tell graphs apart by, but its slots
+      // still need a storage: a captured kernel asks them for a (never read) pointer.
+      if (args[a].nbytes() > 0) bg.args[a] = args[a].raw_data();
       const TensorImpl& arg = *args[a].impl();
       const int64_t shift = arg.offset - g_.values[g_.inputs[a]].offset;
       for (ValueId v : input_members_[a]) {

@@ -111,6 +111,7 @@ class Executor {
   void replay_graph(BoundGraph& bg, std::span<const Tensor> args, std::vector<Tensor>& outputs);
   void apply_effects();
   void drop_replaced_grads();
+  void abandon_replay();
   void allocate_arenas();
   Tensor slot_tensor(ValueId v) const { return Tensor(slots_[v]); }
 

@@ -24,6 +24,7 @@ void copy_device_to_device(void*, const void*, size_t, int) {
 AllocatorStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
 void empty_cache() { no_cuda("cuda::empty_cache"); }
+DeviceMemoryInfo memory_info(int) { no_cuda("cuda::memory_info"); }
 struct Graph {};
 void GraphDeleter::operator()(Graph* g) const { delete g; }
 void begin_capture(int) { no_cuda("cuda::begin_capture"); }

@@ -84,5 +84,13 @@ void empty_cache() {
     if (PerDevice* d = slot.load(std::memory_order_acquire)) d->allocator.empty_cache();
 }
 
+DeviceMemoryInfo memory_info(int device) {
+  kc::check_device(device, "cuda::memory_info");
+  kc::DeviceGuard g(device);
+  size_t free = 0, total = 0;
+  EMBER_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+}
+
 }  // namespace cuda
 }  // namespace ember

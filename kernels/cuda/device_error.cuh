@@ -3,7 +3,10 @@
 // a trap that would kill the CUDA context. Each device has one record in mapped pinned host
 // memory (kernels/cuda/runtime.h: device_error_flag); a kernel that finds bad data raises it and
 // carries on with a harmless value, and the host checks the record after every synchronize and
-// device-to-host copy, where reading it costs nothing, and throws ember::Error.
+// device-to-host copy, where reading it costs nothing, and throws ember::Error. Kernels that
+// write lasting state (the optimizer's update, multi_tensor.cuh) read the flag first and change
+// nothing while it is raised, so a step that will fail at the next synchronize leaves the model
+// as it was.
 //
 // Host C++, nvcc and NVRTC all include this header.
 

@@ -17,7 +17,14 @@
 // it: each block reads it once (thread 0), and after its work thread 0 takes a ticket; the block
 // drawing the last ticket writes old + 1 and puts the ticket back to 0 for the next launch
 // (CUDA-graph replays included, so no memset is ever needed).
+//
+// A raised device error flag (device_error.cuh: an earlier kernel of the step met bad input, e.g.
+// an out-of-range class target) makes the launch change nothing: no parameter, buffer or step
+// count moves, so a step that will raise at the next synchronize leaves the model as it was, as
+// on the CPU, where the bad input throws before the update. The flag is read on the device by
+// each block (no host synchronize), so this holds inside a captured CUDA graph too.
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/device_error.cuh"
 
 namespace ember::kernels::cuda::dev {
 
@@ -107,19 +114,27 @@ __device__ __forceinline__ void sgd_item(void* param, const void* grad, void* bu
 // hyper: float32 {lr, momentum, dampening, weight_decay}; step: float32 steps taken so far.
 // step_ticket: null, or a counter that is 0 at launch: then the launch also sets step to its
 // old value + 1 once every block has read the old one (not restrict or const: written here).
+// error_flag: the device's error record; null skips the check.
 __global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper, float* step,
-                                  unsigned* step_ticket, SgdFlags f) {
+                                  unsigned* step_ticket, SgdFlags f,
+                                  const DeviceErrorFlag* error_flag) {
   // One read per block, by the thread that later takes the block's ticket, so the read comes
   // before the ticket in that thread's own program order.
   __shared__ float step_seen;
-  if (threadIdx.x == 0) step_seen = *step;
+  __shared__ bool failed;
+  if (threadIdx.x == 0) {
+    step_seen = *step;
+    failed = error_flag != nullptr &&
+             static_cast<const volatile DeviceErrorFlag*>(error_flag)->code != kDeviceErrorNone;
+  }
   __syncthreads();
   const float lr = hyper[0], momentum = hyper[1], dampening = hyper[2], wd = hyper[3];
   const bool first_step = step_seen == 0.0f;
   const SgdHyper<float> hf{lr, momentum, 1.0f - dampening, wd, first_step};
   const SgdHyper<double> hd{lr, momentum, 1.0 - static_cast<double>(dampening), wd, first_step};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t items = ts.first_item[ts.count];
+  // A failed step still takes its ticket below, so the ticket is back at 0 for the next launch.
+  const int64_t items = failed ? 0 : ts.first_item[ts.count];
   int k = 0;  // the tensor of item i: items ascend along a thread's loop, so k only moves on
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
        i += stride) {
@@ -147,7 +162,7 @@ __global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper
     __threadfence();  // this block's read of the step is complete before its ticket is taken
     if (atomicAdd(step_ticket, 1u) == gridDim.x - 1) {
       __threadfence();  // every other block's read happened before its ticket: now write
-      *step = step_seen + 1.0f;
+      if (!failed) *step = step_seen + 1.0f;
       *step_ticket = 0;  // for the next launch
     }
   }
