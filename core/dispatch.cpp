@@ -126,7 +126,7 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
         if (g_inplace_check) g_inplace_check(op, inputs, result);
         ++result.impl()->storage->version;
       } else {
-        result = make_empty(m.shape, m.dtype, m.device);
+        result = make_empty(m.shape, m.dtype, m.device, op_name(op).data());
       }
       if (result.numel() > 0) run_kernel({op, inputs, attrs, result}, result.device());
     }

@@ -9,15 +9,24 @@
 
 namespace ember {
 
-Tensor empty(const Shape& shape, TensorOptions o) { return make_empty(shape, o.dtype_, o.device_); }
+Tensor empty(const Shape& shape, TensorOptions o) {
+  return make_empty(shape, o.dtype_, o.device_, "empty");
+}
 
-Tensor full(const Shape& shape, const Scalar& value, TensorOptions o) {
-  Tensor t = empty(shape, o);
+namespace {
+// `op` names the public factory in a bad shape's error.
+Tensor filled(const Shape& shape, const Scalar& value, TensorOptions o, const char* op) {
+  Tensor t = make_empty(shape, o.dtype_, o.device_, op);
   t.fill_(value);
   return t;
 }
-Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0, o); }
-Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1, o); }
+}  // namespace
+
+Tensor full(const Shape& shape, const Scalar& value, TensorOptions o) {
+  return filled(shape, value, o, "full");
+}
+Tensor zeros(const Shape& shape, TensorOptions o) { return filled(shape, 0, o, "zeros"); }
+Tensor ones(const Shape& shape, TensorOptions o) { return filled(shape, 1, o, "ones"); }
 
 Tensor empty_like(const Tensor& t) { return make_empty(t.sizes(), t.dtype(), t.device()); }
 Tensor zeros_like(const Tensor& t) {
@@ -32,7 +41,11 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   EMBER_CHECK(st != 0 && std::isfinite(s) && std::isfinite(e) && std::isfinite(st),
               "arange: start ", s, ", end ", e, " and step ", st, " must be finite, step non-zero");
   EMBER_CHECK((e - s) * st >= 0, "arange: step ", st, " does not lead from ", s, " to ", e);
-  const int64_t n = static_cast<int64_t>(std::ceil((e - s) / st));
+  const double count = std::ceil((e - s) / st);
+  // 2^63 is exact as a double; a count at or past it has no int64 value.
+  EMBER_CHECK(count < 9223372036854775808.0, "arange: start ", s, ", end ", e, " and step ", st,
+              " give ", count, " elements, more than fit in int64");
+  const int64_t n = static_cast<int64_t>(count);
   Attrs a;
   a.shape = {n};
   a.dtype = o.dtype_;
@@ -51,7 +64,7 @@ Tensor arange(const Scalar& end, TensorOptions o) { return arange(0, end, 1, o);
 Tensor arange(const Scalar& end) { return arange(0, end, 1); }
 
 Tensor from_blob_copy(const void* data, const Shape& shape, DType dtype, Device device) {
-  Tensor t = make_empty(shape, dtype, Device::cpu());
+  Tensor t = make_empty(shape, dtype, Device::cpu(), "from_blob_copy");
   if (t.nbytes() > 0) std::memcpy(t.raw_data(), data, static_cast<size_t>(t.nbytes()));
   if (const TraceHooks* h = trace_hooks(); h && h->on_host_data) h->on_host_data(t);
   return device.is_cpu() ? t : t.to(device);
@@ -59,8 +72,8 @@ Tensor from_blob_copy(const void* data, const Shape& shape, DType dtype, Device 
 
 template <>
 Tensor from_vector<bool>(const std::vector<bool>& data, const Shape& shape, TensorOptions opts) {
-  EMBER_CHECK(static_cast<int64_t>(data.size()) == numel_of(shape), "from_vector: ", data.size(),
-              " values for shape ", shape);
+  EMBER_CHECK(static_cast<int64_t>(data.size()) == checked_numel(shape, "from_vector"),
+              "from_vector: ", data.size(), " values for shape ", shape);
   std::vector<uint8_t> bytes(data.begin(), data.end());
   Tensor host = from_blob_copy(bytes.data(), shape, kBool, Device::cpu());
   if (opts.dtype_ != kBool) host = host.to(opts.dtype_);

@@ -62,8 +62,8 @@ inline Tensor randint(int64_t lo, int64_t hi, const Shape& s, Device d) {
 
 template <class T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts) {
-  EMBER_CHECK(static_cast<int64_t>(data.size()) == numel_of(shape), "from_vector: ", data.size(),
-              " values for shape ", shape);
+  EMBER_CHECK(static_cast<int64_t>(data.size()) == checked_numel(shape, "from_vector"),
+              "from_vector: ", data.size(), " values for shape ", shape);
   Tensor host = from_blob_copy(data.data(), shape, DTypeOf<T>::value, Device::cpu());
   if (opts.dtype_ != host.dtype()) host = host.to(opts.dtype_);
   return opts.device_.is_cpu() ? host : host.to(opts.device_);

@@ -144,10 +144,8 @@ OutputMeta view_meta(OpId op, const Tensor& x, const Attrs& a) {
   const int nd = x.dim();
   switch (op) {
     case OpId::view: {
-      for (int64_t s : a.shape)
-        EMBER_CHECK(s >= 0, "view: invalid size ", s, " in shape ", a.shape);
-      EMBER_CHECK(numel_of(a.shape) == x.numel(), "view: shape ", a.shape, " is invalid for ",
-                  x.numel(), " elements (input shape ", x.sizes(), ")");
+      EMBER_CHECK(checked_numel(a.shape, "view") == x.numel(), "view: shape ", a.shape,
+                  " is invalid for ", x.numel(), " elements (input shape ", x.sizes(), ")");
       EMBER_CHECK(compute_view_strides(x.sizes(), x.strides(), a.shape, m.strides), "view: shape ",
                   a.shape, " is not compatible with the input's shape ", x.sizes(), " and strides ",
                   x.strides(), "; use reshape (it copies)");
@@ -192,17 +190,21 @@ OutputMeta view_meta(OpId op, const Tensor& x, const Attrs& a) {
         const int j = i - lead;
         int64_t want = a.shape[i];
         if (j < 0) {
-          EMBER_CHECK(want >= 0, "expand: size -1 is not allowed for new leading dim ", i);
+          EMBER_CHECK(want >= 0, "expand: invalid size ", want, " for new leading dim ", i,
+                      " in shape ", a.shape, " (-1 keeps a size, and a new dim has none)");
           m.shape[i] = want;
           m.strides[i] = 0;
           continue;
         }
-        if (want == -1) want = x.size(j);
+        if (want == -1) want = x.size(j);  // -1 keeps the input's size
+        EMBER_CHECK(want >= 0, "expand: invalid size ", want, " at dim ", i, " in shape ", a.shape,
+                    " (only -1, keep the size, may be negative)");
         EMBER_CHECK(x.size(j) == want || x.size(j) == 1, "expand: cannot expand shape ", x.sizes(),
                     " to ", a.shape, " (dim ", i, ": ", x.size(j), " -> ", want, ")");
         m.shape[i] = want;
         m.strides[i] = x.size(j) == want ? x.stride(j) : 0;
       }
+      checked_numel(m.shape, "expand");  // a view too large to index is refused here, not later
       break;
     }
     default:
@@ -216,10 +218,10 @@ OutputMeta factory_meta(OpId op, const Attrs& a) {
   m.shape = a.shape;
   m.dtype = a.dtype;
   m.device = a.device;
-  for (int64_t s : a.shape)
-    EMBER_CHECK(s >= 0, op_name(op), ": negative size ", s, " in shape ", a.shape);
   EMBER_CHECK(in_set(op_info(op).dtypes, a.dtype), op_name(op), ": dtype ", dtype_name(a.dtype),
               " is not supported");
+  // The byte count too: the random factories validate here before reserving counters.
+  checked_nbytes(a.shape, element_size(a.dtype), cname(op));
   if (op == OpId::randint)
     EMBER_CHECK(a.lo.to_int() < a.hi.to_int(), "randint: empty range [", a.lo.to_int(), ", ",
                 a.hi.to_int(), ")");

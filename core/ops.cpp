@@ -273,26 +273,30 @@ void set_allow_tf32(bool on) { g_allow_tf32.store(on, std::memory_order_relaxed)
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 namespace {
-std::pair<Tensor, Tensor> promoted_pair(const Tensor& a, const Tensor& b, OpId op) {
-  check_defined(a, op);
-  check_defined(b, op);
-  const DType t = result_type_of({operand_of(a), operand_of(b)});
-  return {as_type(a, t), as_type(b, t)};
+// Contractions do not promote, as in PyTorch: a float64 input on float32 weights is more often a
+// mistake than a request for a float64 product, and a silent cast would hide it.
+std::pair<Tensor, Tensor> same_dtype_pair(const Tensor& a, const Tensor& b, const char* op) {
+  EMBER_CHECK(a.defined() && b.defined(), op, ": input ", a.defined() ? 1 : 0,
+              " is an undefined tensor");
+  EMBER_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ",
+              dtype_name(a.dtype()), " ", a.sizes(), " and ", dtype_name(b.dtype()), " ",
+              b.sizes());
+  return {a, b};
 }
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
-  auto [x, y] = promoted_pair(a, b, OpId::mm);
+  auto [x, y] = same_dtype_pair(a, b, "mm");
   return dispatch(OpId::mm, {x, y});
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
-  auto [x, y] = promoted_pair(a, b, OpId::bmm);
+  auto [x, y] = same_dtype_pair(a, b, "bmm");
   return dispatch(OpId::bmm, {x, y});
 }
 
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
-  auto [a, b] = promoted_pair(a0, b0, OpId::mm);
+  auto [a, b] = same_dtype_pair(a0, b0, "matmul");
   const int da = a.dim(), db = b.dim();
   EMBER_CHECK(da > 0 && db > 0, "matmul: both arguments need at least 1 dim, got shapes ",
               a.sizes(), " and ", b.sizes());
@@ -341,6 +345,10 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   EMBER_CHECK(weight.defined() && weight.dim() == 2, "linear: weight must be 2-D [out, in]");
+  EMBER_CHECK(x.defined(), "linear: input is an undefined tensor");
+  EMBER_CHECK(x.dtype() == weight.dtype(), "linear: input is ", dtype_name(x.dtype()), " ",
+              x.sizes(), " but weight is ", dtype_name(weight.dtype()), " ", weight.sizes(),
+              "; expected both operands to have the same dtype");
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? add(y, bias) : y;
 }

@@ -66,6 +66,27 @@ int64_t numel_of(const Shape& s) {
   return n;
 }
 
+int64_t checked_numel(const Shape& s, const char* op) {
+  // The product of the non-zero sizes must fit too, even when a zero makes the count 0: the
+  // contiguous strides (and every offset computed from them) multiply those sizes.
+  int64_t nonzero = 1;
+  bool empty = false;
+  for (int i = 0; i < s.size(); ++i) {
+    EMBER_CHECK(s[i] >= 0, op, ": negative size ", s[i], " at dim ", i, " in shape ", s);
+    empty = empty || s[i] == 0;
+    EMBER_CHECK(!__builtin_mul_overflow(nonzero, std::max<int64_t>(s[i], 1), &nonzero), op,
+                ": shape ", s, " has more elements than fit in int64");
+  }
+  return empty ? 0 : nonzero;
+}
+
+int64_t checked_nbytes(const Shape& s, int64_t element_size, const char* op) {
+  int64_t bytes = 0;
+  EMBER_CHECK(!__builtin_mul_overflow(checked_numel(s, op), element_size, &bytes), op, ": shape ",
+              s, " of ", element_size, "-byte elements needs more bytes than fit in int64");
+  return bytes;
+}
+
 Strides contiguous_strides(const Shape& s) {
   Strides st;
   st.resize(s.size());

@@ -46,7 +46,13 @@ std::ostream& operator<<(std::ostream& os, const Dims& d);
 using Shape = Dims;
 using Strides = Dims;
 
+// The element count, unchecked: for shapes of tensors that exist (validated when made).
 int64_t numel_of(const Shape& s);
+// The element count of a shape a tensor is about to be made or viewed with: throws naming `op`
+// and the shape when a size is negative or the count overflows int64.
+int64_t checked_numel(const Shape& s, const char* op);
+// checked_numel times `element_size`, also checked for overflow.
+int64_t checked_nbytes(const Shape& s, int64_t element_size, const char* op);
 Strides contiguous_strides(const Shape& s);
 // Wraps a possibly negative dim into [0, ndim); throws naming `op` when out of range.
 int wrap_dim(int64_t dim, int ndim, const char* op);

@@ -28,10 +28,14 @@ bool TensorImpl::is_contiguous() const {
   return true;
 }
 
-Tensor make_empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape) EMBER_CHECK(s >= 0, "empty: negative size in shape ", shape);
+void Tensor::throw_undefined(const char* accessor) {
+  EMBER_FAIL("Tensor::", accessor,
+             ": undefined tensor (a default-constructed Tensor holds no data)");
+}
+
+Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op) {
+  const size_t nbytes = static_cast<size_t>(checked_nbytes(shape, element_size(dtype), op));
   auto impl = std::make_shared<TensorImpl>();
-  const size_t nbytes = static_cast<size_t>(numel_of(shape) * element_size(dtype));
   impl->storage = std::make_shared<Storage>(nbytes, device, allocator_for(device));
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
@@ -134,7 +138,7 @@ std::vector<T> Tensor::to_vector(std::source_location where) const {
   return std::vector<T>(p, p + h.numel());
 }
 
-#define EMBER_INSTANTIATE(T)          \
+#define EMBER_INSTANTIATE(T)                              \
   template T Tensor::item<T>(std::source_location) const; \
   template std::vector<T> Tensor::to_vector<T>(std::source_location) const;
 EMBER_INSTANTIATE(float)
@@ -184,23 +188,23 @@ namespace {
 Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
   Shape out = shape;
   int infer = -1;
-  int64_t known = 1;
   for (int i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       EMBER_CHECK(infer < 0, op, ": only one dim can be -1, got shape ", shape);
       infer = i;
+      out[i] = 1;  // stands in while the known sizes are multiplied
     } else {
       EMBER_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in shape ", shape);
-      known *= shape[i];
     }
   }
+  const int64_t known = checked_numel(out, op);
   if (infer >= 0) {
     EMBER_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape,
                 " is invalid for input of ", numel, " elements");
     out[infer] = numel / known;
   }
-  EMBER_CHECK(numel_of(out) == numel, op, ": shape ", shape, " is invalid for input of ", numel,
-              " elements");
+  EMBER_CHECK(checked_numel(out, op) == numel, op, ": shape ", shape, " is invalid for input of ",
+              numel, " elements");
   return out;
 }
 }  // namespace

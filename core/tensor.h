@@ -50,22 +50,23 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
-  // Metadata.
-  int dim() const { return impl()->sizes.size(); }
-  const Shape& sizes() const { return impl()->sizes; }
-  const Strides& strides() const { return impl()->strides; }
+  // Metadata. On an undefined tensor these throw ("undefined tensor") instead of reading
+  // through a null handle; the check is one compare on the hot path.
+  int dim() const { return checked("dim").sizes.size(); }
+  const Shape& sizes() const { return checked("sizes").sizes; }
+  const Strides& strides() const { return checked("strides").strides; }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t numel() const { return impl()->numel(); }
-  int64_t storage_offset() const { return impl()->offset; }
-  DType dtype() const { return impl()->dtype; }
-  Device device() const { return impl()->device; }
+  int64_t numel() const { return checked("numel").numel(); }
+  int64_t storage_offset() const { return checked("storage_offset").offset; }
+  DType dtype() const { return checked("dtype").dtype; }
+  Device device() const { return checked("device").device; }
   bool is_cuda() const { return device().is_cuda(); }
-  bool is_contiguous() const { return impl()->is_contiguous(); }
+  bool is_contiguous() const { return checked("is_contiguous").is_contiguous(); }
   int64_t element_size() const { return ember::element_size(dtype()); }
   int64_t nbytes() const { return numel() * element_size(); }
   // Raw pointer to the first element (a device pointer for CUDA tensors).
-  void* raw_data() const { return impl()->data(); }
+  void* raw_data() const { return checked("raw_data").data(); }
   template <class T>
   T* data_ptr(std::source_location where = std::source_location::current()) const;
 
@@ -141,16 +142,23 @@ class Tensor {
   void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
   // A tensor sharing this one's storage, cut from the graph (requires_grad false).
   Tensor detach() const;
-  uint32_t version() const { return impl()->storage->version; }
+  uint32_t version() const { return checked("version").storage->version; }
 
  private:
+  const TensorImpl& checked(const char* accessor) const {
+    if (__builtin_expect(impl_ == nullptr, 0)) throw_undefined(accessor);
+    return *impl_;
+  }
+  [[noreturn]] static void throw_undefined(const char* accessor);
+
   std::shared_ptr<TensorImpl> impl_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// Makes a fresh tensor with contiguous layout (no kernel; contents uninitialised).
-Tensor make_empty(const Shape& shape, DType dtype, Device device);
+// Makes a fresh tensor with contiguous layout (no kernel; contents uninitialised). A negative
+// size, or an element or byte count past int64, is an error naming `op` and the shape.
+Tensor make_empty(const Shape& shape, DType dtype, Device device, const char* op = "empty");
 // A 0-dim host tensor holding `v`, flagged as a wrapped number.
 Tensor wrap_scalar(const Scalar& v, DType dtype);
 

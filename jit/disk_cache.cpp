@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -43,8 +44,9 @@ void say(const std::string& msg) { log(Log::cache, "disk cache: " + msg); }
 class FileLock {
  public:
   FileLock(const fs::path& path, bool exclusive) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0 && !exclusive) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Non-blocking opens, so a FIFO under the lock's name cannot stall them.
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd_ < 0 && !exclusive) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0) return;
     int rc;
     do {
@@ -64,16 +66,42 @@ class FileLock {
   bool locked_ = false;
 };
 
-std::optional<std::string> read_file(const fs::path& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return std::nullopt;
+// The bytes of the regular file at `path`. nullopt with `problem` empty when there is no such
+// file; nullopt with `problem` set when something else is there or reading it failed. Opened
+// non-blocking: a FIFO planted under a cache name would otherwise block the open (while the
+// caller holds the index lock) until some writer appears; it is refused by the fstat instead.
+std::optional<std::string> read_file(const fs::path& path, std::string& problem) {
+  problem.clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno != ENOENT) problem = std::string("cannot be opened: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    problem = std::string("cannot be examined: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    problem = "is not a regular file";
+    return std::nullopt;
+  }
   std::string out;
   char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return std::nullopt;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      problem = std::string("cannot be read: ") + std::strerror(errno);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
   return out;
 }
 
@@ -105,20 +133,45 @@ std::string write_atomically(const fs::path& target, std::string_view bytes) {
   return {};
 }
 
-// The index, or an empty one when there is none yet. `bad` is set when a file exists but is
-// not an index this version wrote.
-json read_index(const fs::path& dir, bool& bad) {
+// Whether `e` is an index record exactly as store() writes it for `key`.
+bool valid_record(std::string_view key, const json& e) {
+  if (!e.is_object() || e.size() != 4) return false;
+  const auto file = e.find("file"), size = e.find("size"), sum = e.find("checksum"),
+             created = e.find("created");
+  return file != e.end() && file->is_string() &&
+         file->get_ref<const std::string&>() == entry_file(key) && size != e.end() &&
+         size->is_number_unsigned() && sum != e.end() && sum->is_string() &&
+         sum->get_ref<const std::string&>().size() == 16 && created != e.end() &&
+         created->is_string();
+}
+
+// The index, or an empty one when there is none yet. `bad` is set (with the reason in `why`)
+// when something exists under the name that is not an index of exactly the form this version
+// writes: {"version": 1, "entries": {...}} and nothing else. Records are checked one by one
+// where they are used.
+json read_index(const fs::path& dir, bool& bad, std::string& why) {
   bad = false;
   json empty = {{"version", kIndexVersion}, {"entries", json::object()}};
-  const std::optional<std::string> text = read_file(dir / kIndexName);
-  if (!text) return empty;
-  json idx = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (idx.is_discarded() || !idx.is_object() || idx.value("version", 0) != kIndexVersion ||
-      !idx.contains("entries") || !idx["entries"].is_object()) {
-    bad = true;
+  const std::optional<std::string> text = read_file(dir / kIndexName, why);
+  if (!text) {
+    bad = !why.empty();
     return empty;
   }
-  return idx;
+  json idx = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (idx.is_discarded()) {
+    why = "is not valid JSON";
+  } else if (!idx.is_object() || idx.size() != 2) {
+    why = "is not an object of \"version\" and \"entries\"";
+  } else if (const auto v = idx.find("version");
+             v == idx.end() || !v->is_number_integer() || v->get<int64_t>() != kIndexVersion) {
+    why = "has no \"version\": " + std::to_string(kIndexVersion);
+  } else if (const auto e = idx.find("entries"); e == idx.end() || !e->is_object()) {
+    why = "has no \"entries\" object";
+  } else {
+    return idx;
+  }
+  bad = true;
+  return empty;
 }
 
 std::string utc_now() {
@@ -191,20 +244,17 @@ std::optional<std::string> DiskCache::load(std::string_view key) {
     if (!fs::is_directory(dir_, ec)) return miss("");
     FileLock lock(dir_ / kLockName, /*exclusive=*/false);
     bool bad_index = false;
-    const json idx = read_index(dir_, bad_index);
-    if (bad_index) return bad("is unreadable: index.json is corrupted");
+    std::string why;
+    const json idx = read_index(dir_, bad_index, why);
+    if (bad_index) return bad("is unreadable: index.json is corrupted (it " + why + ")");
     const json& entries = idx["entries"];
     const auto it = entries.find(std::string(key));
     if (it == entries.end()) return miss("");
     const json& e = *it;
-    if (!e.is_object() || !e.contains("file") || !e["file"].is_string() || !e.contains("size") ||
-        !e["size"].is_number_unsigned() || !e.contains("checksum") || !e["checksum"].is_string())
-      return bad("has a corrupted index record");
     // The index names the file, but only the one name a key can have is ever opened.
-    if (e["file"].get<std::string>() != entry_file(key))
-      return bad("has a corrupted index record (file name)");
-    const std::optional<std::string> bytes = read_file(dir_ / entry_file(key));
-    if (!bytes) return bad("is missing its file");
+    if (!valid_record(key, e)) return bad("has a corrupted index record");
+    const std::optional<std::string> bytes = read_file(dir_ / entry_file(key), why);
+    if (!bytes) return bad(why.empty() ? "is missing its file" : "has a file that " + why);
     const uint64_t size = e["size"].get<uint64_t>();
     if (bytes->size() != size)
       return bad(std::string(bytes->size() < size ? "is truncated" : "has the wrong size") + " (" +
@@ -243,12 +293,22 @@ bool DiskCache::store(std::string_view key, std::string_view bytes) {
       return false;
     }
     bool bad_index = false;
-    json idx = read_index(dir_, bad_index);
-    if (bad_index) say("index.json in " + dir_.string() + " was corrupted; rebuilding it");
-    idx["entries"][std::string(key)] = {{"file", entry_file(key)},
-                                        {"size", static_cast<uint64_t>(bytes.size())},
-                                        {"checksum", checksum(bytes)},
-                                        {"created", utc_now()}};
+    json idx = read_index(dir_, bad_index, why);
+    if (bad_index) say("index.json in " + dir_.string() + " " + why + "; rebuilding it");
+    // Records not of the form written here are dropped, so the rewritten index is all valid.
+    json& entries = idx["entries"];
+    for (auto it = entries.begin(); it != entries.end();) {
+      if (valid_key(it.key()) && valid_record(it.key(), it.value())) {
+        ++it;
+      } else {
+        say("dropping the corrupted index record of '" + it.key() + "' in " + dir_.string());
+        it = entries.erase(it);
+      }
+    }
+    entries[std::string(key)] = {{"file", entry_file(key)},
+                                 {"size", static_cast<uint64_t>(bytes.size())},
+                                 {"checksum", checksum(bytes)},
+                                 {"created", utc_now()}};
     why = write_atomically(dir_ / kIndexName, idx.dump(1));
     if (!why.empty()) {
       report_unusable(why);

@@ -8,8 +8,11 @@
 //   index.lock    serializes writers (and readers against a writer) across processes
 // Writes are atomic: bytes go to a temporary file renamed over the entry, and the index is
 // rewritten the same way under the lock, so concurrent processes never see half an entry. An
-// entry whose file is missing, truncated or fails its checksum is reported on the `cache` log,
-// ignored (a miss) and rebuilt by the caller's next store(); nothing read is trusted unchecked.
+// entry whose file is missing, truncated, not a regular file or fails its checksum is reported on
+// the `cache` log, ignored (a miss) and rebuilt by the caller's next store(); nothing read is
+// trusted unchecked. An index.json not of exactly the form above (or not a regular file: a FIFO is
+// refused, never waited on) is reported the same way and replaced by the next store(), which also
+// drops any record not of the form it writes.
 // A directory that cannot be created or written only costs the cache: every call degrades to a
 // miss (reported once) and never throws.
 #include <cstdint>

@@ -106,7 +106,9 @@ class AtomicFile {
 };
 
 std::string read_file(const std::string& path, const char* op) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it is refused below
+  // as not a regular file (for which the flag changes nothing).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   EMBER_CHECK(fd >= 0, op, ": cannot open '", path, "': ", errno_text());
   struct Closer {
     int fd;
@@ -201,11 +203,27 @@ class Reader {
       fail("the header length ", n, " exceeds the ", size_ - 8,
            " bytes that follow it (truncated, or not a safetensors file)");
     json header;
+    // nlohmann keeps the last of two equal keys; a header naming a tensor (or a field) twice is
+    // ambiguous, so the parser's key events are watched for repeats in each object.
+    std::vector<std::set<std::string>> open_objects;
+    std::optional<std::string> duplicate;
+    const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::object_start) {
+        open_objects.emplace_back();
+      } else if (event == json::parse_event_t::object_end) {
+        open_objects.pop_back();
+      } else if (event == json::parse_event_t::key && !duplicate) {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!open_objects.back().insert(key).second) duplicate = key;
+      }
+      return true;
+    };
     try {
-      header = json::parse(p_ + 8, p_ + 8 + n);
+      header = json::parse(p_ + 8, p_ + 8 + n, watch);
     } catch (const json::exception& e) {
       fail("the header is not valid JSON (", e.what(), ")");
     }
+    if (duplicate) fail("the header has the key '", *duplicate, "' twice");
     if (!header.is_object()) fail("the header must be a JSON object, got ", header.type_name());
     data_ = p_ + 8 + n;
     data_size_ = size_ - 8 - n;

@@ -73,6 +73,26 @@ TEST_CASE("shape mismatches name the op and both shapes", "[errors]") {
   CHECK_ERROR(from_vector<float>({1, 2, 3}, {2, 2}), Contains("from_vector") && Contains("[2, 2]"));
 }
 
+TEST_CASE("matrix products refuse operands of two dtypes instead of promoting", "[errors]") {
+  // As PyTorch: "expected both operands to have the same dtype"; no silent float64 product.
+  const Tensor f = zeros({2, 3}), d = zeros({3, 2}, kFloat64);
+  // A macro, not a variable: Catch2 v2's combined matchers keep references to their parts.
+#define both (Contains("same dtype") && Contains("float32") && Contains("float64"))
+  CHECK_ERROR(mm(f, d), Contains("mm") && both && Contains("[2, 3]") && Contains("[3, 2]"));
+  CHECK_ERROR(mm(d, f), Contains("mm") && both);
+  CHECK_ERROR(mm(f, zeros({3, 2}, kInt64)), Contains("mm") && Contains("int64"));
+  CHECK_ERROR(bmm(zeros({2, 2, 3}), zeros({2, 3, 2}, kFloat64)), Contains("bmm") && both);
+  CHECK_ERROR(matmul(zeros({3}), zeros({3}, kFloat64)), Contains("matmul") && both);
+  CHECK_ERROR(matmul(zeros({4, 2, 3}), d), Contains("matmul") && both);
+  CHECK_ERROR(matmul(zeros({4, 2, 3}), zeros({4, 3, 2}, kFloat64)), Contains("matmul") && both);
+  CHECK_ERROR(f.matmul(d), Contains("matmul") && both);
+  CHECK_ERROR(linear(zeros({2, 3}, kFloat64), zeros({4, 3})), Contains("linear") && both);
+  // Same dtypes still multiply, in that dtype.
+  CHECK(mm(d, zeros({2, 5}, kFloat64)).dtype() == kFloat64);
+  CHECK(matmul(f, zeros({3, 4})).sizes() == Shape{2, 4});
+#undef both
+}
+
 TEST_CASE("unsupported dtypes name the op and the dtype", "[errors]") {
   const Tensor b = ones({3}, kBool), i = ones({3}, kInt64), f = ones({3});
   CHECK_ERROR(neg(b), Contains("neg") && Contains("bool"));  // PyTorch refuses -bool too

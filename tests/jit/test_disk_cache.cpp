@@ -3,12 +3,15 @@
 // reported on the cache log, ignored and rebuilt, concurrent processes (fork) storing the same
 // and different keys lose nothing and never read half an entry, and an unusable directory costs
 // only the cache.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -92,6 +95,22 @@ std::string own_key(int p, int r) {
   k += '_';
   k += std::to_string(r);
   return k;
+}
+
+// c.load(key) on another thread, failing the test instead of hanging when it does not return
+// within a few seconds: then `fifo`'s write side is opened (which completes a reader's blocked
+// open, and closing it gives EOF) until the thread is free to finish.
+std::optional<std::string> load_or_fail_if_blocked(jit::DiskCache& c, const std::string& key,
+                                                   const fs::path& fifo) {
+  auto pending = std::async(std::launch::async, [&] { return c.load(key); });
+  if (pending.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    while (pending.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    FAIL_CHECK("DiskCache::load blocked on the FIFO " << fifo);
+  }
+  return pending.get();
 }
 
 }  // namespace
@@ -197,6 +216,85 @@ TEST_CASE("disk cache: corrupted, truncated and missing entries are reported and
   const std::optional<std::string> got = jit::DiskCache(tmp.path()).load(kKey);
   REQUIRE(got.has_value());
   CHECK(*got == bytes);
+}
+
+TEST_CASE("disk cache: a FIFO under the index's or an entry's name is refused, not waited on",
+          "[jit][cache]") {
+  TempDir tmp;
+  const std::string bytes = payload(4, 3000);
+  CacheLog log;
+  jit::DiskCache c(tmp.path());
+  REQUIRE(c.store(kKey, bytes));
+  const fs::path fifo = GENERATE(as<std::string>{}, std::string("index.json"), kKey + ".bin");
+  INFO("FIFO at " << fifo);
+  fs::remove(tmp.path() / fifo);
+  REQUIRE(::mkfifo((tmp.path() / fifo).c_str(), 0600) == 0);
+  CHECK_FALSE(load_or_fail_if_blocked(c, kKey, tmp.path() / fifo).has_value());
+  CHECK(log.count("not a regular file") == 1);
+  CHECK(c.stats().bad_entries == 1);
+  INFO(log.all());
+  // The next store replaces the FIFO with a real file and the entry is trusted again.
+  REQUIRE(c.store(kKey, bytes));
+  CHECK(fs::is_regular_file(tmp.path() / fifo));
+  CHECK(jit::DiskCache(tmp.path()).load(kKey) == bytes);
+}
+
+TEST_CASE("disk cache: an index not of the form this version writes is replaced by store()",
+          "[jit][cache]") {
+  TempDir tmp;
+  const std::string bytes = payload(5, 2000);
+  const fs::path index = tmp.path() / "index.json";
+  CacheLog log;
+  jit::DiskCache c(tmp.path());
+  REQUIRE(c.store(kKey, bytes));
+  const std::string entries = nlohmann::json::parse(read_all(index))["entries"].dump();
+  // Each is valid JSON, and each kept every store() failing while the log said "rebuilding".
+  const std::string bad = GENERATE_COPY(values<std::string>({
+      R"({"version": "1", "entries": )" + entries + "}",
+      R"({"version": {"v": 1}, "entries": )" + entries + "}",
+      R"({"version": [1], "entries": )" + entries + "}",
+      R"({"version": null, "entries": )" + entries + "}",
+      R"({"version": 1.5, "entries": )" + entries + "}",
+      R"({"version": 2, "entries": )" + entries + "}",
+      R"({"entries": )" + entries + "}",
+      R"({"version": 1, "entries": [1, 2]})",
+      R"({"version": 1, "entries": )" + entries + R"(, "extra": true})",
+      R"([1, {"version": 1}])",
+      R"("index")",
+  }));
+  INFO("index.json: " << bad);
+  write_all(index, bad);
+  CHECK_FALSE(c.load(kKey).has_value());
+  CHECK(log.count("index.json is corrupted") == 1);
+  REQUIRE(c.store(kKey, bytes));
+  CHECK(log.count("rebuilding it") == 1);
+  INFO(log.all());
+  const nlohmann::json rebuilt = nlohmann::json::parse(read_all(index));
+  CHECK(rebuilt["version"] == 1);
+  CHECK(rebuilt.size() == 2);
+  CHECK(jit::DiskCache(tmp.path()).load(kKey) == bytes);
+  REQUIRE(c.store("second", "more"));  // and later stores keep working
+  CHECK(jit::DiskCache(tmp.path()).load("second") == "more");
+  CHECK(jit::DiskCache(tmp.path()).load(kKey) == bytes);
+}
+
+TEST_CASE("disk cache: store() drops records not of the form it writes", "[jit][cache]") {
+  TempDir tmp;
+  const fs::path index = tmp.path() / "index.json";
+  CacheLog log;
+  jit::DiskCache c(tmp.path());
+  REQUIRE(c.store(kKey, "kept"));
+  nlohmann::json idx = nlohmann::json::parse(read_all(index));
+  idx["entries"]["junk"] = "not a record";
+  idx["entries"]["../escape"] = idx["entries"][kKey];
+  write_all(index, idx.dump());
+  CHECK(c.load(kKey) == "kept");  // other records do not spoil this one
+  REQUIRE(c.store("fresh", "new"));
+  const nlohmann::json after = nlohmann::json::parse(read_all(index));
+  CHECK(after["entries"].size() == 2);
+  CHECK(after["entries"].contains(kKey));
+  CHECK(after["entries"].contains("fresh"));
+  CHECK(log.count("dropping the corrupted index record") == 2);
 }
 
 TEST_CASE("disk cache: processes storing at once lose nothing and never read half an entry",

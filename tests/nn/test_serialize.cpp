@@ -1,12 +1,15 @@
 // safetensors: round trips of every dtype, byte buffers written by hand from the format's
 // description, every kind of corruption (and exhaustive truncation / byte flips) as
 // ember::Error, module and optimizer state save/load.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <random>
 #include <string>
@@ -270,6 +273,58 @@ TEST_CASE("safetensors corruption is an ember::Error naming the file and the pro
   CHECK_THROWS_WITH(nn::load_tensors(dir / "missing.safetensors"),
                     Catch::Contains("cannot open") && Catch::Contains("missing.safetensors"));
   CHECK_THROWS_WITH(nn::load_tensors(dir.path.string()), Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("safetensors rejects a header that names a key twice", "[nn][serialize]") {
+  TempDir dir;
+  const std::string four(4, '\x01');
+  // JSON parsers keep one of two equal keys; which tensor "a" would be is ambiguous.
+  expect_corrupt(dir,
+                 file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                           R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})",
+                           four),
+                 "the key 'a' twice");
+  // A repeated field inside one entry, and inside the metadata.
+  expect_corrupt(
+      dir, file_with(R"({"w":{"dtype":"F32","shape":[1],"shape":[2],"data_offsets":[0,4]}})", four),
+      "the key 'shape' twice");
+  expect_corrupt(dir, file_with(R"({"__metadata__":{"k":"1","k":"2"}})", ""), "the key 'k' twice");
+  expect_corrupt(dir, file_with(R"({"__metadata__":{},"__metadata__":{}})", ""),
+                 "the key '__metadata__' twice");
+  // Equal keys in different objects are not duplicates.
+  const std::string bytes = file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                      R"("__metadata__":{"a":"x","dtype":"y"}})",
+                                      four);
+  const nn::TensorFile f = nn::from_safetensors(bytes.data(), bytes.size(), "memory");
+  CHECK(f.tensors.size() == 1);
+  CHECK(f.metadata.at("a") == "x");
+}
+
+TEST_CASE("safetensors refuses a FIFO without waiting for a writer", "[nn][serialize]") {
+  TempDir dir;
+  const std::string path = dir / "fifo.safetensors";
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  auto pending = std::async(std::launch::async, [&] {
+    try {
+      nn::load_tensors(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  });
+  if (pending.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    // Unblock the reader (opening the write side completes its open; closing gives it EOF) so
+    // the test ends, then fail.
+    for (int i = 0;
+         i < 100 && pending.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready;
+         ++i) {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    pending.wait();
+    FAIL("load_tensors blocked on a FIFO");
+  }
+  CHECK_THAT(pending.get(), Catch::Contains("not a regular file") && Catch::Contains(path));
 }
 
 TEST_CASE("safetensors never reads past the buffer: every truncation and byte flip",
