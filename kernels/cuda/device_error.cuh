@@ -4,9 +4,10 @@
 // memory (kernels/cuda/runtime.h: device_error_flag); a kernel that finds bad data raises it and
 // carries on with a harmless value, and the host checks the record after every synchronize and
 // device-to-host copy, where reading it costs nothing, and throws ember::Error. Kernels that
-// write lasting state (the optimizer's update, multi_tensor.cuh) read the flag first and change
-// nothing while it is raised, so a step that will fail at the next synchronize leaves the model
-// as it was.
+// write lasting state (the optimizer's update, multi_tensor.cuh) check first and change nothing
+// while it is raised, so a step that will fail at the next synchronize leaves the model as it
+// was. They read `raised`, a word in device memory that raising also sets, not the record: a
+// read of host memory from every block of a launch costs a PCIe round trip each.
 //
 // Host C++, nvcc and NVRTC all include this header.
 
@@ -32,6 +33,7 @@ struct DeviceErrorFlag {
   int unused;
   long long value;
   long long limit;
+  unsigned* raised;  // device memory: nonzero while code is (null: none kept)
 };
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -47,6 +49,7 @@ __device__ __forceinline__ void raise_device_error(DeviceErrorFlag* flag, int co
   f->limit = limit;
   __threadfence_system();
   f->code = code;
+  if (unsigned* raised = f->raised) *static_cast<volatile unsigned*>(raised) = 1u;
 }
 #endif
 

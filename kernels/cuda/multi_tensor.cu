@@ -82,7 +82,7 @@ void sgd_update(const KernelCall& call) {
     // A thread per item, up to what the device holds at once (then the grid strides).
     dev::sgd_update_kernel<<<grid_stride_blocks(items, kThreads, device), kThreads, 0, s>>>(
         ts, static_cast<const float*>(hyper.raw_data()), static_cast<float*>(step.raw_data()),
-        ticket, flags, device_error_flag(device));
+        ticket, flags, device_error_raised(device));
     check_launch("sgd_update");
   }
 }

@@ -114,18 +114,18 @@ __device__ __forceinline__ void sgd_item(void* param, const void* grad, void* bu
 // hyper: float32 {lr, momentum, dampening, weight_decay}; step: float32 steps taken so far.
 // step_ticket: null, or a counter that is 0 at launch: then the launch also sets step to its
 // old value + 1 once every block has read the old one (not restrict or const: written here).
-// error_flag: the device's error record; null skips the check.
+// error_raised: the device error flag's word in device memory (device_error.cuh); null skips
+// the check.
 __global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper, float* step,
                                   unsigned* step_ticket, SgdFlags f,
-                                  const DeviceErrorFlag* error_flag) {
+                                  const unsigned* error_raised) {
   // One read per block, by the thread that later takes the block's ticket, so the read comes
   // before the ticket in that thread's own program order.
   __shared__ float step_seen;
   __shared__ bool failed;
   if (threadIdx.x == 0) {
     step_seen = *step;
-    failed = error_flag != nullptr &&
-             static_cast<const volatile DeviceErrorFlag*>(error_flag)->code != kDeviceErrorNone;
+    failed = error_raised != nullptr && *static_cast<const volatile unsigned*>(error_raised) != 0;
   }
   __syncthreads();
   const float lr = hyper[0], momentum = hyper[1], dampening = hyper[2], wd = hyper[3];

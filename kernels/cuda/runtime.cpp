@@ -70,6 +70,10 @@ DeviceState& ready(int dev) {
     void* device = nullptr;
     EMBER_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
     s.error_device = static_cast<DeviceErrorFlag*>(device);
+    void* raised = nullptr;
+    EMBER_CUDA_CHECK(cudaMalloc(&raised, sizeof(unsigned)));
+    EMBER_CUDA_CHECK(cudaMemset(raised, 0, sizeof(unsigned)));
+    s.error_host->raised = static_cast<unsigned*>(raised);
     EMBER_CUDA_CHECK(cudaHostAlloc(&s.readback, kReadbackBytes, cudaHostAllocPortable));
     // Here with the stream, not on first use: the first use may be inside a CUDA-graph capture,
     // where allocating and zeroing would break the capture.
@@ -205,16 +209,27 @@ FinishScratch finish_scratch(int dev) { return ready(dev).finish; }
 
 DeviceErrorFlag* device_error_flag(int dev) { return ready(dev).error_device; }
 
+const unsigned* device_error_raised(int dev) { return ready(dev).error_host->raised; }
+
 void check_device_error(int dev) {
   DeviceErrorFlag* flag = state(dev).error_host;
   if (!flag) return;  // no kernel of this device ever ran
   volatile DeviceErrorFlag* f = flag;
   const int code = f->code;
   if (code == kDeviceErrorNone) return;
+  // Found early (item() on a loss the graph wrote while the step still runs): let the rest of
+  // the step finish first, so the kernels after the failure see the flag and change nothing,
+  // then clear it for the next step.
+  DeviceGuard g(dev);
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream(dev)));
   const long long value = f->value, limit = f->limit;
   f->value = 0;
   f->limit = 0;
   f->code = kDeviceErrorNone;
+  if (f->raised) {
+    EMBER_CUDA_CHECK(cudaMemsetAsync(f->raised, 0, sizeof(unsigned), stream(dev)));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream(dev)));
+  }
   EMBER_FAIL(describe_device_error(code, value, limit), " (detected on cuda:", dev, ")");
 }
 

@@ -94,6 +94,9 @@ FinishScratch finish_scratch(int dev);
 // The device-visible address of `dev`'s error record: pass it to kernels, which call
 // raise_device_error (kernels/cuda/device_error.cuh).
 DeviceErrorFlag* device_error_flag(int dev);
+// The flag's word in device memory, which raising sets too (device_error.cuh): what kernels
+// that must not run after an error read.
+const unsigned* device_error_raised(int dev);
 // After a synchronize: throws ember::Error for a raised flag ("cross_entropy: target 12 is out
 // of range for 10 classes (detected on cuda:0)") and clears it.
 void check_device_error(int dev);
