@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -16,9 +17,10 @@ using namespace ember;
 
 namespace {
 
+// No Catch2 assertion in here: the worker threads call it, and Catch2 is not thread-safe.
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
+  if (x.size() != y.size()) return std::numeric_limits<double>::infinity();
   double m = 0;
   for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
   return m;
