@@ -3,8 +3,8 @@
 // Why two traces: a C++ lambda's control flow and captured host values are invisible to the
 // tracer, so one trace cannot show that the next call will do the same. Ember therefore compiles
 // a signature when two consecutive traces agree exactly (ops, attributes, layouts, state
-// identities, frozen constants). The usual training step needs three calls: the first creates
-// state (gradients, momentum buffers), the second and third agree. A host constant that changes
+// identities, frozen constants). A training step needs two calls that agree, after one that
+// creates state if it has any (momentum buffers). A host constant that changes
 // between calls shows up as a difference and is a graph break.
 #include "jit/compile.h"
 

@@ -176,6 +176,63 @@ void short_last_batch(Device dev, jit::Options opts) {
   }
 }
 
+void dynamic_fixed_size(Device dev, jit::Options opts) {
+  manual_seed(5);
+  for (Model m : kModels) {
+    std::vector<std::pair<Tensor, Tensor>> batches;
+    for (int i = 0; i < 20; ++i)
+      batches.emplace_back(randn({64, 20}, dev), randint(0, 3, {64}, dev));
+    const jit::CompileStats s = compiled_equals_eager(
+        m, dev, 20, [&](int i) { return batches[i]; }, opts);
+    INFO(model_name(m) << ": " << describe(s));
+    // Two agreeing traces, after one that creates state (momentum buffers) if the model has any.
+    CHECK(s.traces == (m == Model::GeluDropout ? 3 : 2));
+    CHECK(s.executables == 1);
+    CHECK(s.replays == 20 - s.traces);
+  }
+}
+
+void dynamic_varying_sizes(Device dev, jit::Options opts) {
+  const DataSet d = make_data(dev, 4000);
+  const std::vector<int64_t> sizes = {64, 64, 64, 32, 100, 7, 64, 256, 1, 32, 100, 64};
+  for (Model m : kModels) {
+    const jit::CompileStats s = compiled_equals_eager(
+        m, dev, static_cast<int>(sizes.size() * 2),
+        [&](int i) {
+          const int64_t b = sizes[i % sizes.size()], start = 13 * i;
+          return std::pair{d.x.slice(0, start, start + b), d.y.slice(0, start, start + b)};
+        },
+        opts);
+    INFO(model_name(m) << ": " << describe(s));
+    // 64 until two traces agree (after one creating state, for momentum), then 32 generalizes
+    // against them; every later call replays.
+    CHECK(s.traces == (m == Model::GeluDropout ? 4 : 3));
+    CHECK(s.executables == 2);  // the specialized 64 and the template
+    CHECK(s.recompiles <= 1);
+  }
+}
+
+void shuffled_batches(Device dev, jit::Options opts) {
+  const DataSet d = make_data(dev, 640);
+  std::vector<int64_t> perm(640);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(3));
+  const Tensor index = from_vector(perm, {640}).to(dev);
+  for (Model m : kModels) {
+    const jit::CompileStats s = compiled_equals_eager(
+        m, dev, 20,
+        [&](int i) {
+          const Tensor idx = index.slice(0, (i % 10) * 64, (i % 10 + 1) * 64);
+          return std::pair{index_select(d.x, 0, idx), index_select(d.y, 0, idx)};
+        },
+        opts);
+    INFO(model_name(m) << ": " << describe(s));
+    CHECK(s.executables == 1);
+    CHECK(s.replays == 20 - s.traces);
+    CHECK(s.traces <= 3);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("jit loops: batches sliced from one tensor replay one executable", "[jit]") {
@@ -192,38 +249,11 @@ TEST_CASE("jit loops: an epoch loop with a short last batch keeps two executable
 }
 
 TEST_CASE("jit loops: dynamic=true at a fixed size replays from the fourth call", "[jit]") {
-  manual_seed(5);
-  for (Model m : kModels) {
-    std::vector<std::pair<Tensor, Tensor>> batches;
-    for (int i = 0; i < 20; ++i) batches.emplace_back(randn({64, 20}), randint(0, 3, {64}));
-    const jit::CompileStats s = compiled_equals_eager(
-        m, Device::cpu(), 20, [&](int i) { return batches[i]; }, {.dynamic = true});
-    INFO(model_name(m) << ": " << describe(s));
-    // Two agreeing traces, after one that creates state (momentum buffers) if the model has any.
-    CHECK(s.traces == (m == Model::GeluDropout ? 3 : 2));
-    CHECK(s.executables == 1);
-    CHECK(s.replays == 20 - s.traces);
-  }
+  dynamic_fixed_size(Device::cpu(), {.dynamic = true});
 }
 
 TEST_CASE("jit loops: dynamic=true over varying sliced sizes serves one template", "[jit]") {
-  const DataSet d = make_data(Device::cpu(), 4000);
-  const std::vector<int64_t> sizes = {64, 64, 64, 32, 100, 7, 64, 256, 1, 32, 100, 64};
-  for (Model m : kModels) {
-    const jit::CompileStats s = compiled_equals_eager(
-        m, Device::cpu(), static_cast<int>(sizes.size() * 2),
-        [&](int i) {
-          const int64_t b = sizes[i % sizes.size()], start = 13 * i;
-          return std::pair{d.x.slice(0, start, start + b), d.y.slice(0, start, start + b)};
-        },
-        {.dynamic = true});
-    INFO(model_name(m) << ": " << describe(s));
-    // 64 until two traces agree (after one creating state, for momentum), then 32 generalizes
-    // against them; every later call replays.
-    CHECK(s.traces == (m == Model::GeluDropout ? 4 : 3));
-    CHECK(s.executables == 2);  // the specialized 64 and the template
-    CHECK(s.recompiles <= 1);
-  }
+  dynamic_varying_sizes(Device::cpu(), {.dynamic = true});
 }
 
 TEST_CASE("jit loops: a template serves a size whose own traces have not agreed yet", "[jit]") {
@@ -247,24 +277,7 @@ TEST_CASE("jit loops: a template serves a size whose own traces have not agreed 
 }
 
 TEST_CASE("jit loops: shuffled batches gathered with index_select replay", "[jit]") {
-  const DataSet d = make_data(Device::cpu(), 640);
-  std::vector<int64_t> perm(640);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(3));
-  const Tensor index = from_vector(perm, {640});
-  for (Model m : kModels) {
-    const jit::CompileStats s = compiled_equals_eager(
-        m, Device::cpu(), 20,
-        [&](int i) {
-          const Tensor idx = index.slice(0, (i % 10) * 64, (i % 10 + 1) * 64);
-          return std::pair{index_select(d.x, 0, idx), index_select(d.y, 0, idx)};
-        },
-        {});
-    INFO(model_name(m) << ": " << describe(s));
-    CHECK(s.executables == 1);
-    CHECK(s.replays == 20 - s.traces);
-    CHECK(s.traces <= 3);
-  }
+  shuffled_batches(Device::cpu(), {});
 }
 
 TEST_CASE("jit loops: a miss names the argument and property that changed", "[jit]") {
@@ -285,12 +298,16 @@ TEST_CASE("jit loops: a miss names the argument and property that changed", "[ji
   CHECK(logs.count("argument 1 (a plain value) changed") == 1);
 }
 
-TEST_CASE("jit loops: sliced batches and a short last batch on CUDA in every mode", "[jit][cuda]") {
+TEST_CASE("jit loops: every loop on CUDA in every mode", "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   for (jit::Mode mode : {jit::Mode::Default, jit::Mode::ReduceOverhead, jit::Mode::MaxAutotune}) {
     INFO("mode " << static_cast<int>(mode));
-    sliced_fixed_batches(Device::cuda(0), {.mode = mode});
-    short_last_batch(Device::cuda(0), {.mode = mode});
-    short_last_batch(Device::cuda(0), {.mode = mode, .dynamic = true});
+    const Device dev = Device::cuda(0);
+    sliced_fixed_batches(dev, {.mode = mode});
+    short_last_batch(dev, {.mode = mode});
+    short_last_batch(dev, {.mode = mode, .dynamic = true});
+    dynamic_fixed_size(dev, {.mode = mode, .dynamic = true});
+    dynamic_varying_sizes(dev, {.mode = mode, .dynamic = true});
+    shuffled_batches(dev, {.mode = mode});
   }
 }
