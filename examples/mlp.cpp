@@ -132,8 +132,14 @@ int main(int argc, char** argv) {
   app.add_option("--device", cfg.device, "auto (GPU if present), cpu, cuda or cuda:N")
       ->capture_default_str();
   // A negative seed would wrap to a huge unsigned one: refused, not reinterpreted.
+  const CLI::Validator non_negative(
+      [](std::string& v) {
+        return v.find('-') == std::string::npos ? std::string()
+                                                : "a seed is a non-negative integer, got " + v;
+      },
+      "NONNEGATIVE");
   app.add_option("--seed", cfg.seed, "seed of the default generator (init and batches)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str();
   app.add_option("--momentum", cfg.momentum, "SGD momentum (0: plain SGD)")->capture_default_str();
   app.add_option("--lr", cfg.lr, "SGD learning rate")->capture_default_str();
