@@ -331,10 +331,10 @@ struct CompiledCore::Impl {
     call_args.assign(tensors.begin(), tensors.end());
     for (const GradGuard& g : e.grads) {
       if (!g.bound) continue;
-      Tensor grad = g.param.grad();
+      Tensor param = g.param, grad = param.grad();
       if (arena_pool->owns(grad.impl()->storage.get())) {
         grad = grad.clone();
-        const_cast<Tensor&>(g.param).set_grad(grad);
+        param.set_grad(grad);
       }
       call_args.push_back(std::move(grad));
     }

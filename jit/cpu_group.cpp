@@ -50,21 +50,20 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
       reduce_rows_ = !shape_.empty() && std::find(dims.begin(), dims.end(), 0) != dims.end();
       reduce_op_ = n.op;
       reduce_attrs_ = n.attrs;
-      reduce_in_chunk_ = external(n.inputs[0]);
+      const int32_t in_chunk = external(n.inputs[0]);
       if (reduce_rows_) {
-        Chunked& c = chunked_[reduce_in_chunk_];
+        Chunked& c = chunked_[in_chunk];
         if (!c.full) {
           // A member's scratch output: give it whole memory of its own, which the chunks fill.
           const Value& v = g.values[n.inputs[0]];
-          whole_ = std::make_shared<Storage>(
+          c.full = std::make_shared<TensorImpl>();
+          c.full->storage = std::make_shared<Storage>(
               static_cast<size_t>(std::max<int64_t>(1, v.numel()) * element_size(v.dtype)),
               Device::cpu(), allocator_for(Device::cpu()));
-          c.full = std::make_shared<TensorImpl>();
           c.full->sizes = v.shape;
           c.full->strides = contiguous_strides(v.shape);
           c.full->dtype = v.dtype;
           c.full->device = Device::cpu();
-          c.full->storage = whole_;
           c.chunk->sizes = v.shape;
           c.chunk->strides = c.full->strides;
           if (rows_ > 1) c.row_stride = c.full->strides[0];
@@ -72,7 +71,7 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
         reduce_in_ = Tensor(c.full);
         reduce_out_ = Tensor(slots[n.out]);
       } else {
-        reduce_in_ = Tensor(chunked_[reduce_in_chunk_].chunk);
+        reduce_in_ = Tensor(chunked_[in_chunk].chunk);
         // Rows survive the reduction: each chunk writes its own rows of the output.
         reduce_out_chunk_ = external(n.out);
         Chunked& c = chunked_[reduce_out_chunk_];
@@ -141,12 +140,9 @@ void CpuGroupRunner::run() {
   const Device cpu = Device::cpu();
   // Arguments and returned tensors get new memory each call: follow the executor's slots.
   for (Chunked& c : chunked_)
-    if (c.full && c.full->storage != whole_) {
+    if (c.full) {
       c.chunk->storage = c.full->storage;
       c.chunk->offset = c.full->offset;
-    } else if (c.full) {
-      c.chunk->storage = whole_;
-      c.chunk->offset = 0;
     }
   for (int64_t r0 = 0; r0 < rows_; r0 += rows_per_chunk_) {
     const int64_t n = std::min(rows_per_chunk_, rows_ - r0);
@@ -161,7 +157,7 @@ void CpuGroupRunner::run() {
                cpu);
   // Let go of this call's memory (arguments, returned tensors): the next run re-points.
   for (Chunked& c : chunked_)
-    if (c.full && c.full->storage != whole_) c.chunk->storage.reset();
+    if (c.full) c.chunk->storage.reset();
 }
 
 }  // namespace ember::jit

@@ -56,8 +56,6 @@ class CpuGroupRunner {
   Tensor reduce_in_;   // chunk view of the reduction's input (the whole input if reduce_rows_)
   Tensor reduce_out_;  // the full output, or its row chunk when rows are not reduced
   int32_t reduce_out_chunk_ = -1;
-  int32_t reduce_in_chunk_ = -1;
-  StoragePtr whole_;  // reduce_rows_: the reduction's input when no other value stores it
 };
 
 }  // namespace ember::jit

@@ -473,10 +473,7 @@ void Executor::abandon_replay() {
         break;
       }
   }
-  for (const std::vector<ValueId>& members : input_members_)
-    for (ValueId v : members) slots_[v]->storage.reset();
-  for (const std::vector<ValueId>& members : fresh_members_)
-    for (ValueId v : members) slots_[v]->storage.reset();
+  release_call_memory();
 }
 
 // The arenas' memory, taken at the first replay rather than when the executable was built: the
@@ -584,8 +581,12 @@ void Executor::run(std::span<const Tensor> args, std::vector<Tensor>& outputs) {
       outputs.push_back(Tensor(slots_[o]).detach());
     }
   }
-  // Drop this call's arguments and returned memory from the slots: holding them would keep a
-  // whole batch alive into the next call (where the caller has already made the next one).
+  release_call_memory();
+}
+
+// Drops this call's arguments and returned memory from the slots: holding them would keep a
+// whole batch alive into the next call (where the caller has already made the next one).
+void Executor::release_call_memory() {
   for (const std::vector<ValueId>& members : input_members_)
     for (ValueId v : members) slots_[v]->storage.reset();
   for (const std::vector<ValueId>& members : fresh_members_)

@@ -112,6 +112,7 @@ class Executor {
   void apply_effects();
   void drop_replaced_grads();
   void abandon_replay();
+  void release_call_memory();
   void allocate_arenas();
   Tensor slot_tensor(ValueId v) const { return Tensor(slots_[v]); }
 
