@@ -210,11 +210,7 @@ void Executor::build_steps() {
                             static_cast<size_t>(grp.nodes.front()) != ni;
       if (grp.kind == GroupKind::Pointwise || grp.kind == GroupKind::Reduction || epilogue) {
         if (static_cast<size_t>(grp.nodes.back()) != ni) continue;
-        Group chunked = grp;
-        if (epilogue) {
-          chunked.kind = GroupKind::Pointwise;
-          chunked.nodes.erase(chunked.nodes.begin());
-        }
+        const Group chunked = epilogue ? sub_group(g_, grp, 1) : grp;
         Step s;
         s.kind = StepKind::CpuGroup;
         s.cpu_group = static_cast<int32_t>(cpu_groups_.size());

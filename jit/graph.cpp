@@ -1,5 +1,6 @@
 #include "jit/graph.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/dispatch.h"
@@ -18,6 +19,26 @@ const char* value_kind_name(ValueKind k) {
       return "node";
   }
   return "?";
+}
+
+Group sub_group(const Graph& g, const Group& parent, size_t first) {
+  Group t;
+  t.nodes.assign(parent.nodes.begin() + static_cast<std::ptrdiff_t>(first), parent.nodes.end());
+  t.kind = !t.nodes.empty() && op_info(g.nodes[t.nodes.back()].op).kind == OpKind::Reduce
+               ? GroupKind::Reduction
+               : GroupKind::Pointwise;
+  auto member_out = [&](ValueId v) {
+    for (int32_t m : t.nodes)
+      if (g.nodes[m].out == v) return true;
+    return false;
+  };
+  for (int32_t m : t.nodes)
+    for (ValueId in : g.nodes[m].inputs)
+      if (!member_out(in) && std::find(t.inputs.begin(), t.inputs.end(), in) == t.inputs.end())
+        t.inputs.push_back(in);
+  for (ValueId o : parent.outputs)
+    if (member_out(o)) t.outputs.push_back(o);
+  return t;
 }
 
 const char* group_kind_name(GroupKind k) {

@@ -57,7 +57,7 @@ struct Node {
 enum class GroupKind : uint8_t {
   Pointwise,     // a chain of elementwise nodes of one shape; intermediates never stored
   Reduction,     // pointwise producers feeding one reduction (e.g. a bias gradient)
-  GemmEpilogue,  // a matmul followed by bias / activation on its output
+  GemmEpilogue,  // a matmul followed by a pointwise tail (and at most one closing reduction)
   CrossEntropy,  // the softmax-cross-entropy forward and its backward over the same logits
 };
 const char* group_kind_name(GroupKind k);
@@ -67,7 +67,11 @@ struct Group {
   std::vector<int32_t> nodes;    // in execution order
   std::vector<ValueId> inputs;   // read from outside the group
   std::vector<ValueId> outputs;  // needed after the group (the rest stays internal)
+  // Internal values the group's lowering keeps in memory anyway (a GEMM's result that its
+  // generated tail kernel reads); decided when fusion asks the lowering (jit/lower.h).
+  std::vector<ValueId> stored;
 };
+
 
 // What a parameter's .grad held when the call began, for a parameter whose gradient the function
 // read before (or instead of) setting it: gradient accumulation, an optimizer step without
@@ -137,6 +141,12 @@ struct Graph {
   std::string str() const;  // one line per node, like "%5 = mul(%3, %4) : f32[64,512]"
   std::string dot() const;  // Graphviz, fused groups as clusters
 };
+
+// The members of `parent` from position `first` on as a group of their own: Reduction when the
+// last member reduces, else Pointwise; its inputs are whatever those members read from outside
+// them (earlier members' results included), its outputs the parent's among them. A contraction
+// group's tail, which a device may run as one generated kernel after the product.
+Group sub_group(const Graph& g, const Group& parent, size_t first);
 
 // "f32[64,512]" for a value.
 std::string value_type_str(const Value& v);

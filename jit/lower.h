@@ -91,22 +91,38 @@ ReductionLoweringStats reduction_lowering_stats();
 // For tests: while set, building a lowering fails as if NVRTC had refused the kernel.
 void set_reduction_kernel_failure_for_testing(bool fail);
 
-// ---- GEMM epilogues and cross entropy on CUDA (jit/lower_gemm_cuda.cpp) -----------------------
-// A GemmEpilogue group of mm + add of a row-broadcast bias [+ relu], float32 on one GPU, runs as
-// one cuBLASLt matmul with the BIAS / RELU_BIAS epilogue (storage None: the product and the
-// biased sum are never stored). A CrossEntropy pair runs as one fused forward+backward kernel
+// ---- contractions and cross entropy on CUDA (jit/lower_gemm_cuda.cpp, lower_cross_entropy_cuda.cpp)
+// A GemmEpilogue group (a float32 2-D product, then any pointwise tail of its result, optionally
+// closed by one reduction) runs as one GEMM call folding a row bias [+ relu] into its epilogue
+// (cuBLASLt BIAS / RELU_BIAS, or the handwritten small-GEMM kernels), then one generated kernel
+// for the rest of the tail. Storage None: only what the GEMM writes is stored (an output, or
+// listed in Group::stored). A CrossEntropy pair runs as one fused forward+backward kernel
 // (storage Materialize, so a null lowering is always safe). Anything else, and every group in a
-// build without CUDA: nullopt / null, and the executor runs the group op by op.
+// build without CUDA: nullopt / null.
 std::optional<GroupStorage> gemm_lowering_storage(const Graph& g, const Group& group);
 std::unique_ptr<LoweredGroup> lower_gemm_cuda(const LoweringContext& ctx);
 std::optional<GroupStorage> cross_entropy_lowering_storage(const Graph& g, const Group& group);
 std::unique_ptr<LoweredGroup> lower_cross_entropy_cuda(const LoweringContext& ctx);
-// The host-side analysis behind them, in every build (for tests and explain): the cuBLASLt
-// epilogue a GemmEpilogue group maps onto ("BIAS", "RELU_BIAS"), or nullopt with the reason in
-// `why`; whether a CrossEntropy group fits the fused kernel.
+// The host-side analysis behind them, in every build (for fusion, tests and explain): the
+// epilogue a GemmEpilogue group's GEMM call uses ("NONE", "BIAS", "RELU_BIAS"), or nullopt with
+// the reason in `why`; whether a CrossEntropy group fits the fused kernel.
 std::optional<std::string> gemm_group_epilogue(const Graph& g, const Group& group,
                                                std::string* why = nullptr);
 bool cross_entropy_group_fusable(const Graph& g, const Group& group, std::string* why = nullptr);
+// Whether a contraction group has a lowering; `stored` gets the internal value its GEMM writes.
+bool contraction_group_lowerable(const Graph& g, const Group& group, std::vector<ValueId>* stored,
+                                 std::string* why = nullptr);
+
+// ---- what fusion asks -------------------------------------------------------------------------
+// Whether the lowering of the group's device runs `group` as fused (jit/lower_cuda.cpp): the
+// fusion pass forms a group only when this holds, so no group runs worse than its members would.
+// CUDA: the generated pointwise / reduction kernels, the contraction lowering, the fused
+// cross-entropy kernel. CPU: chunked pointwise and pointwise + reduction groups, a contraction
+// followed by its chunked tail. `stored` (may be null) gets internal values the lowering keeps
+// in memory (Group::stored).
+bool lowering_accepts(const Graph& g, const Group& group, std::vector<ValueId>* stored,
+                      std::string* why = nullptr);
+
 // MaxAutotune for GEMM lowerings built from now on: on its first replay outside a CUDA-graph
 // capture, each times the top (<= 8) cuBLASLt algorithms on its real operands (a few runs each,
 // at most ~100 ms per call site) and keeps the fastest; choices go to EMBER_LOGS=autotune.

@@ -3,6 +3,11 @@
 // position changes nothing: no non-member between its first and last member writes memory a
 // member reads or produces, or reads a member's output (it would run before the group has).
 //
+// Fusion proposes, the lowering disposes: before a candidate becomes a group, the lowering of
+// its device is asked whether it runs it fused (jit/lower.h, lowering_accepts). A refused
+// contraction gives up its product (the tail is asked again as a group of its own), a refused
+// reduction its closing reduction, anything else dissolves: its members run as themselves.
+//
 // The cross-entropy pair needs one reordering first: the loss reduction reads the forward's
 // per-sample losses between the forward and its backward, so the nodes that depend on the
 // forward's output (and nothing the backward needs) are moved after the backward when that is
@@ -10,6 +15,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "jit/log.h"
+#include "jit/lower.h"
 #include "jit/passes.h"
 #include "jit/reduction_codegen.h"
 
@@ -134,7 +141,8 @@ class Fuser {
       const auto k = static_cast<int32_t>(i);
       if (member_[k] >= 0) continue;
       const Node& n = g_.nodes[k];
-      if (n.op == OpId::mm && !n.inplace && n.out != kNoValue && epilogue_capable(n.out))
+      if (op_info(n.op).kind == OpKind::Matmul && !n.inplace && n.out != kNoValue &&
+          epilogue_capable(n.out))
         open(GroupKind::GemmEpilogue, k);
       else if (is_pointwise_node(n))
         place_pointwise(k);
@@ -180,17 +188,9 @@ class Fuser {
     }
   }
 
-  // An mm whose result only feeds same-shape pointwise nodes, so an epilogue can consume it
-  // without it ever being stored.
+  // A product whose memory nothing writes afterwards can take a tail: the tail reads it where
+  // the GEMM left it (readers outside the group just make it a group output).
   bool epilogue_capable(ValueId out) const {
-    if (returned_[out]) return false;
-    const Value& o = g_.values[out];
-    for (int32_t r : root_readers_[out]) {
-      const Node& n = g_.nodes[r];
-      if (!is_pointwise_node(n) || !contains(n.inputs, out)) return false;
-      const Value& v = g_.values[n.out];
-      if (v.shape != o.shape || v.device != o.device) return false;
-    }
     for (size_t k = 0; k < writes_.size(); ++k)
       if (contains(writes_[k], out)) return false;
     return true;
@@ -276,17 +276,23 @@ class Fuser {
   }
 
   void place_reduction(int32_t i) {
-    const int32_t ci = cand_of_value(g_.nodes[i].inputs[0]);
+    const Node& n = g_.nodes[i];
+    const int32_t ci = cand_of_value(n.inputs[0]);
     if (ci >= 0) {
       Candidate& c = cands_[ci];
-      if (c.kind == GroupKind::Pointwise && !c.closed && can_add(ci, i)) {
+      // A contraction's reduction must close its tail: the tail's generated kernel reduces a
+      // value it computes. (A sum of the product alone is a lone sum, below.)
+      const bool tail = c.kind == GroupKind::Pointwise ||
+                        (c.kind == GroupKind::GemmEpilogue && c.nodes.size() >= 2 &&
+                         g_.nodes[c.nodes.front()].out != n.inputs[0]);
+      if (tail && !c.closed && can_add(ci, i)) {
         add(ci, i);
-        c.kind = GroupKind::Reduction;
+        if (c.kind == GroupKind::Pointwise) c.kind = GroupKind::Reduction;
         c.closed = true;
         return;
       }
     }
-    if (lone_column_sum(g_.nodes[i])) cands_[open(GroupKind::Reduction, i)].closed = true;
+    if (lone_column_sum(n)) cands_[open(GroupKind::Reduction, i)].closed = true;
   }
 
   // A sum over leading dims of a contiguous CUDA value that no pointwise chain produced (the
@@ -370,45 +376,94 @@ class Fuser {
     return true;
   }
 
-  // Drops candidates that did not become groups and records the rest in the graph.
-  void finish() {
-    std::vector<Candidate> kept;
-    for (Candidate& c : cands_) {
-      if (c.kind == GroupKind::GemmEpilogue) {
-        const ValueId mm_out = g_.nodes[c.nodes.front()].out;
-        bool internal = true;
-        for (int32_t r : root_readers_[mm_out]) internal = internal && contains(c.nodes, r);
-        if (!internal) {
-          // Some reader stayed outside: the rest may still be a pointwise chain.
-          c.nodes.erase(c.nodes.begin());
-          c.kind = GroupKind::Pointwise;
-          if (!connected(c)) continue;
-        }
+  bool ends_in_reduction(const Candidate& c) const {
+    return op_info(g_.nodes[c.nodes.back()].op).kind == OpKind::Reduce;
+  }
+
+  void dissolve(Candidate& c) {
+    for (int32_t m : c.nodes) member_[m] = -1;
+    c.nodes.clear();
+  }
+
+  // The group candidate `ci` would become: what its members read from outside, and which of
+  // their results are needed after it (returned, read by a non-member, or written later).
+  Group group_of(int32_t ci) const {
+    const Candidate& c = cands_[ci];
+    Group grp;
+    grp.kind = c.kind;
+    grp.nodes = c.nodes;
+    std::vector<ValueId> member_outs;
+    for (int32_t m : grp.nodes) member_outs.push_back(g_.nodes[m].out);
+    for (int32_t m : grp.nodes)
+      for (ValueId in : g_.nodes[m].inputs)
+        if (!contains(member_outs, in) && !contains(grp.inputs, in)) grp.inputs.push_back(in);
+    for (ValueId o : member_outs) {
+      bool needed = returned_[o];
+      for (int32_t r : root_readers_[o]) needed = needed || member_[r] != ci;
+      for (size_t k = 0; k < writes_.size() && !needed; ++k) needed = contains(writes_[k], o);
+      if (needed) grp.outputs.push_back(o);
+    }
+    return grp;
+  }
+
+  // Asks the lowering about candidate `ci`, shrinking it until it is accepted or gone. Returns
+  // the accepted group (nodes empty when nothing is left).
+  Group settle(int32_t ci) {
+    Candidate& c = cands_[ci];
+    while (!c.nodes.empty()) {
+      if (c.nodes.size() < 2 && c.kind != GroupKind::Reduction) break;
+      // A small-K product closing into a reduction is computed inside the reduction's kernel
+      // where each element is used (jit/reduction_codegen.h): no GEMM launch, no stored product.
+      if (c.kind == GroupKind::GemmEpilogue && ends_in_reduction(c) &&
+          small_k_product_problem(g_, g_.nodes[c.nodes.front()]).empty()) {
+        c.kind = GroupKind::Reduction;
+        Group grp = group_of(ci);
+        if (lowering_accepts(g_, grp, &grp.stored)) return grp;
+        c.kind = GroupKind::GemmEpilogue;
       }
-      if (c.nodes.size() >= 2 || c.kind == GroupKind::Reduction) kept.push_back(std::move(c));
+      Group grp = group_of(ci);
+      std::string why;
+      if (lowering_accepts(g_, grp, &grp.stored, &why)) return grp;
+      if (log_enabled(Log::fusion))
+        log(Log::fusion, std::string("not fused (") + group_kind_name(c.kind) + " from %" +
+                             std::to_string(g_.nodes[c.nodes.front()].out) + "): " + why);
+      if (c.kind == GroupKind::GemmEpilogue && ends_in_reduction(c) && c.nodes.size() >= 3) {
+        member_[c.nodes.back()] = -1;  // the product and its pointwise tail, without the reduction
+        c.nodes.pop_back();
+        c.closed = false;
+      } else if (c.kind == GroupKind::GemmEpilogue) {
+        // The product runs as itself; its tail may still be a group.
+        member_[c.nodes.front()] = -1;
+        c.nodes.erase(c.nodes.begin());
+        c.kind = !c.nodes.empty() && ends_in_reduction(c) ? GroupKind::Reduction
+                                                          : GroupKind::Pointwise;
+        if (!c.nodes.empty() && !connected(c)) break;
+      } else if (c.kind == GroupKind::Reduction && c.nodes.size() >= 3) {
+        member_[c.nodes.back()] = -1;  // the pointwise chain without its reduction
+        c.nodes.pop_back();
+        c.kind = GroupKind::Pointwise;
+      } else {
+        break;
+      }
+    }
+    dissolve(c);
+    return {};
+  }
+
+  // Settles every candidate with the lowering and records the groups in the graph.
+  void finish() {
+    std::vector<Group> kept;
+    for (size_t ci = 0; ci < cands_.size(); ++ci) {
+      if (cands_[ci].nodes.empty()) continue;
+      Group grp = settle(static_cast<int32_t>(ci));
+      if (!grp.nodes.empty()) kept.push_back(std::move(grp));
     }
     std::sort(kept.begin(), kept.end(),
-              [](const Candidate& a, const Candidate& b) { return a.nodes[0] < b.nodes[0]; });
+              [](const Group& a, const Group& b) { return a.nodes[0] < b.nodes[0]; });
     for (Node& n : g_.nodes) n.group = -1;
     for (size_t gi = 0; gi < kept.size(); ++gi)
       for (int32_t m : kept[gi].nodes) g_.nodes[m].group = static_cast<int32_t>(gi);
-    for (size_t gi = 0; gi < kept.size(); ++gi) {
-      Group grp;
-      grp.kind = kept[gi].kind;
-      grp.nodes = kept[gi].nodes;
-      std::vector<ValueId> member_outs;
-      for (int32_t m : grp.nodes) member_outs.push_back(g_.nodes[m].out);
-      for (int32_t m : grp.nodes)
-        for (ValueId in : g_.nodes[m].inputs)
-          if (!contains(member_outs, in) && !contains(grp.inputs, in)) grp.inputs.push_back(in);
-      for (ValueId o : member_outs) {
-        bool needed = returned_[o];
-        for (int32_t r : root_readers_[o]) needed = needed || g_.nodes[r].group != (int32_t)gi;
-        for (size_t k = 0; k < writes_.size() && !needed; ++k) needed = contains(writes_[k], o);
-        if (needed) grp.outputs.push_back(o);
-      }
-      g_.groups.push_back(std::move(grp));
-    }
+    g_.groups = std::move(kept);
   }
 
   Graph& g_;

@@ -116,7 +116,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage)
     for (size_t i = how == GroupStorage::Tail ? 1 : 0; i < grp.nodes.size(); ++i) {
       const ValueId o = g.nodes[grp.nodes[i]].out;
       if (o != kNoValue &&
-          std::find(grp.outputs.begin(), grp.outputs.end(), o) == grp.outputs.end())
+          std::find(grp.outputs.begin(), grp.outputs.end(), o) == grp.outputs.end() &&
+          std::find(grp.stored.begin(), grp.stored.end(), o) == grp.stored.end())
         internal[o] = 1;
     }
   }

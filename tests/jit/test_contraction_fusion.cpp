@@ -1,0 +1,268 @@
+// Fusion asks the device's lowering before it commits a group (jit/lower.h, lowering_accepts):
+// a product takes any pointwise tail (and a closing reduction) that the GPU lowering runs as one
+// GEMM call plus one generated kernel; what a lowering refuses is taken apart, never run worse
+// than its members. The host-side cases build graphs by hand and need no GPU; the [cuda] case
+// trains a GELU network compiled and eagerly and compares them.
+#include <ember/ember.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "jit/graph.h"
+#include "jit/lower.h"
+#include "jit/passes.h"
+#include "test_util.h"
+
+using namespace ember;
+using namespace ember::jit;
+
+namespace {
+
+void on_gpu(Graph& g) {
+  for (Value& v : g.values) v.device = Device::cuda(0);
+}
+
+std::vector<const Group*> groups_of(const Graph& g, GroupKind kind) {
+  std::vector<const Group*> r;
+  for (const Group& grp : g.groups)
+    if (grp.kind == kind) r.push_back(&grp);
+  return r;
+}
+
+bool has(const std::vector<ValueId>& v, ValueId x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// x [M,K] input, W [K,N] and b [N] state: h = mm(x, W) + b, y = gelu(h).
+struct GeluLayer {
+  Graph g;
+  ValueId p = kNoValue, h = kNoValue, y = kNoValue;
+};
+GeluLayer gelu_layer(int64_t m, int64_t k, int64_t n, DType dt = kFloat32) {
+  GeluLayer l;
+  const ValueId x = l.g.add_input(randn({m, k}).to(dt), 0);
+  const ValueId w = l.g.add_state(randn({k, n}).to(dt));
+  const ValueId b = l.g.add_state(randn({n}).to(dt));
+  l.p = l.g.append(OpId::mm, {x, w});
+  l.h = l.g.append(OpId::add, {l.p, b});
+  l.y = l.g.append(OpId::gelu, {l.h});
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("fusion: a product takes a pointwise tail the GPU lowering runs after its GEMM",
+          "[jit]") {
+  SECTION("the biased product feeds only the activation: the GEMM writes it to a buffer") {
+    GeluLayer l = gelu_layer(8, 40, 6);
+    l.g.outputs = {l.y};
+    on_gpu(l.g);
+    fuse(l.g);
+    REQUIRE(l.g.groups.size() == 1);
+    const Group& grp = l.g.groups[0];
+    CHECK(grp.kind == GroupKind::GemmEpilogue);
+    CHECK(grp.nodes.size() == 3);
+    std::string why;
+    const auto epi = gemm_group_epilogue(l.g, grp, &why);
+    INFO(why);
+    REQUIRE(epi);
+    CHECK(*epi == "BIAS");  // the bias in the GEMM call, gelu in the generated tail kernel
+    CHECK(grp.stored == std::vector<ValueId>{l.h});
+    CHECK(grp.outputs == std::vector<ValueId>{l.y});
+  }
+  SECTION("the biased product is needed later (a backward reads it): written where it lives") {
+    GeluLayer l = gelu_layer(8, 40, 6);
+    l.g.outputs = {l.y, l.h};
+    on_gpu(l.g);
+    fuse(l.g);
+    REQUIRE(l.g.groups.size() == 1);
+    const Group& grp = l.g.groups[0];
+    CHECK(grp.kind == GroupKind::GemmEpilogue);
+    CHECK(grp.stored.empty());
+    CHECK(has(grp.outputs, l.h));
+    CHECK(has(grp.outputs, l.y));
+  }
+  SECTION("no epilogue fits (the product is squared first): the GEMM, then the whole tail") {
+    Graph g;
+    const ValueId x = g.add_input(randn({8, 40}), 0);
+    const ValueId w = g.add_state(randn({40, 6}));
+    const ValueId b = g.add_state(randn({6}));
+    const ValueId p = g.append(OpId::mm, {x, w});
+    const ValueId q = g.append(OpId::mul, {p, p});
+    g.outputs = {g.append(OpId::add, {q, b})};
+    on_gpu(g);
+    fuse(g);
+    REQUIRE(g.groups.size() == 1);
+    CHECK(g.groups[0].kind == GroupKind::GemmEpilogue);
+    CHECK(g.groups[0].nodes.size() == 3);
+    const auto epi = gemm_group_epilogue(g, g.groups[0]);
+    REQUIRE(epi);
+    CHECK(*epi == "NONE");
+    CHECK(g.groups[0].stored == std::vector<ValueId>{p});
+  }
+  SECTION("a backward-shaped tail closes with the bias gradient's reduction") {
+    // dy = mm(g, W); dh = dy * h'; db = sum(dh, 0): one GEMM, then one reduction kernel.
+    Graph g;
+    const ValueId gr = g.add_input(randn({32, 40}), 0);
+    const ValueId w = g.add_state(randn({40, 24}));
+    const ValueId d = g.add_input(randn({32, 24}), 1);
+    const ValueId dy = g.append(OpId::mm, {gr, w});
+    const ValueId dh = g.append(OpId::mul, {dy, d});
+    Attrs red;
+    red.dims = {0};
+    const ValueId db = g.append(OpId::sum, {dh}, red);
+    g.outputs = {dh, db};
+    on_gpu(g);
+    fuse(g);
+    REQUIRE(g.groups.size() == 1);
+    const Group& grp = g.groups[0];
+    CHECK(grp.kind == GroupKind::GemmEpilogue);
+    CHECK(grp.nodes.size() == 3);
+    CHECK(grp.stored == std::vector<ValueId>{dy});
+    CHECK(has(grp.outputs, dh));
+    CHECK(has(grp.outputs, db));
+  }
+  SECTION("the product's result is also read outside: it becomes an output of the group") {
+    GeluLayer l = gelu_layer(8, 40, 6);
+    Attrs red;
+    red.dims = {1};
+    const ValueId s = l.g.append(OpId::amax, {l.p}, red);
+    l.g.outputs = {l.y, s};
+    on_gpu(l.g);
+    fuse(l.g);
+    const auto gemms = groups_of(l.g, GroupKind::GemmEpilogue);
+    REQUIRE(gemms.size() == 1);
+    CHECK(has(gemms[0]->outputs, l.p));
+    CHECK(*gemm_group_epilogue(l.g, *gemms[0]) == "NONE");  // the bias cannot fold: p is needed
+  }
+}
+
+TEST_CASE("fusion: what the lowering refuses is taken apart", "[jit]") {
+  SECTION("a float64 product has no GEMM lowering: the tail alone is a pointwise group") {
+    GeluLayer l = gelu_layer(8, 40, 6, kFloat64);
+    l.g.outputs = {l.y};
+    on_gpu(l.g);
+    fuse(l.g);
+    CHECK(groups_of(l.g, GroupKind::GemmEpilogue).empty());
+    const auto pw = groups_of(l.g, GroupKind::Pointwise);
+    REQUIRE(pw.size() == 1);
+    CHECK(pw[0]->nodes.size() == 2);  // add, gelu
+    CHECK(l.g.nodes[l.g.values[l.p].producer].group == -1);
+    // And what was formed is what the lowering accepts.
+    for (const Group& grp : l.g.groups) {
+      std::string why;
+      CHECK(lowering_accepts(l.g, grp, nullptr, &why));
+    }
+  }
+  SECTION("a batched product has no GEMM lowering either") {
+    Graph g;
+    const ValueId a = g.add_input(randn({3, 8, 40}), 0);
+    const ValueId b = g.add_state(randn({3, 40, 6}));
+    const ValueId p = g.append(OpId::bmm, {a, b});
+    const ValueId r = g.append(OpId::relu, {p});
+    g.outputs = {g.append(OpId::exp, {r})};
+    on_gpu(g);
+    fuse(g);
+    CHECK(groups_of(g, GroupKind::GemmEpilogue).empty());
+    const auto pw = groups_of(g, GroupKind::Pointwise);
+    REQUIRE(pw.size() == 1);
+    CHECK(pw[0]->nodes.size() == 2);
+  }
+  SECTION("on the CPU the cross-entropy pair is no group (it has no fused kernel there)") {
+    Graph g;
+    const ValueId x = g.add_input(randn({6, 4}), 0);
+    const ValueId t = g.add_input(randint(0, 4, {6}), 1);
+    const ValueId gr = g.add_input(randn({6}), 2);
+    const ValueId l = g.append(OpId::cross_entropy, {x, t});
+    const ValueId dx = g.append(OpId::cross_entropy_backward, {gr, x, t});
+    g.outputs = {l, dx};
+    Graph gpu = g;
+    fuse(g);
+    CHECK(groups_of(g, GroupKind::CrossEntropy).empty());
+    on_gpu(gpu);
+    fuse(gpu);
+    CHECK(groups_of(gpu, GroupKind::CrossEntropy).size() == 1);
+  }
+  SECTION("on the CPU a product with its tail still groups (the tail runs chunked)") {
+    GeluLayer l = gelu_layer(8, 40, 6);
+    l.g.outputs = {l.y};
+    fuse(l.g);
+    const auto gemms = groups_of(l.g, GroupKind::GemmEpilogue);
+    REQUIRE(gemms.size() == 1);
+    CHECK(gemms[0]->nodes.size() == 3);
+  }
+}
+
+#if defined(EMBER_WITH_CUDA)
+
+namespace {
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<Tensor> params;
+};
+
+// Linear -> GELU -> Linear -> GELU -> Linear, cross entropy, SGD with momentum; `steps` steps on
+// fixed batches, compiled in `mode` or eager.
+Trained train_gelu_net(bool compiled, jit::Mode mode, std::vector<std::string>* lowerings) {
+  const Device dev = Device::cuda(0);
+  manual_seed(7);
+  nn::Sequential net(nn::Linear(40, 96), nn::GELU(), nn::Linear(96, 80), nn::GELU(),
+                     nn::Linear(80, 10));
+  net->to(dev);
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  nn::CrossEntropyLoss loss_fn;
+  auto step = [&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = loss_fn(net->forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 6; ++i) {
+    xs.push_back(randn({48, 40}, dev));
+    ys.push_back(randint(0, 10, {48}, dev));
+  }
+  Trained r;
+  if (!compiled) {
+    for (size_t i = 0; i < xs.size(); ++i) r.losses.push_back(step(xs[i], ys[i]).item<float>());
+  } else {
+    auto f = jit::compile(step, {.mode = mode, .fullgraph = true});
+    for (size_t i = 0; i < xs.size(); ++i) r.losses.push_back(f(xs[i], ys[i]).item<float>());
+    if (lowerings) *lowerings = jit::explain(step, xs[0], ys[0]).lowerings;
+  }
+  for (const Tensor& p : net->parameters()) r.params.push_back(p.to(Device::cpu()));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fusion: a compiled GELU network runs every product with its tail fused, like eager",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Trained eager = train_gelu_net(false, jit::Mode::Default, nullptr);
+  for (jit::Mode mode : {jit::Mode::Default, jit::Mode::ReduceOverhead}) {
+    std::vector<std::string> lowerings;
+    const Trained got = train_gelu_net(true, mode, &lowerings);
+    std::string all;
+    for (const std::string& l : lowerings) all += l + "\n";
+    INFO("lowerings:\n" << all);
+    // These shapes run on the handwritten small-GEMM kernels in eager and compiled runs alike,
+    // and the tails compute eager's functors in eager's compute types: the same bits.
+    CHECK(got.losses == eager.losses);
+    REQUIRE(got.params.size() == eager.params.size());
+    for (size_t i = 0; i < got.params.size(); ++i) CHECK(equal(got.params[i], eager.params[i]));
+    CHECK(all.find("member by member") == std::string::npos);
+    // The two hidden layers' forward products each carry their bias and a generated gelu kernel.
+    int gelu_tails = 0;
+    for (const std::string& l : lowerings)
+      gelu_tails += l.find("+ BIAS, then nvrtc pointwise kernel: gelu") != std::string::npos;
+    CHECK(gelu_tails == 2);
+  }
+}
+
+#endif  // EMBER_WITH_CUDA
