@@ -72,7 +72,6 @@ struct Group {
   std::vector<ValueId> stored;
 };
 
-
 // What a parameter's .grad held when the call began, for a parameter whose gradient the function
 // read before (or instead of) setting it: gradient accumulation, an optimizer step without
 // zero_grad, zero_grad itself. Such a gradient is not state bound by identity (the user, or

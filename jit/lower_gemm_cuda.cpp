@@ -200,7 +200,7 @@ class LoweredGemm final : public LoweredGroup {
     b_ = matrix(g.values[p_.b]);
     const Value& o = g.values[p_.written];
     ld_d_ = p_.m == 1 ? p_.n : o.strides[0];
-    epilogue_ = p_.epilogue == Epilogue::None ? kc::GemmEpilogue::None
+    epilogue_ = p_.epilogue == Epilogue::None   ? kc::GemmEpilogue::None
                 : p_.epilogue == Epilogue::Bias ? kc::GemmEpilogue::Bias
                                                 : kc::GemmEpilogue::ReluBias;
     // Decided once: the operands' shapes and strides are fixed by the graph.

@@ -1,0 +1,193 @@
+// The fusion pass's rewrite rules (jit/passes/fusion.h): patterns that the generic growth in
+// node order (jit/passes/fuse.cpp) would not find or would find worse. Each rule seeds or
+// reshapes candidates; the lowering is still asked about every one before it becomes a group.
+#include <algorithm>
+#include <vector>
+
+#include "jit/lower.h"
+#include "jit/passes/fusion.h"
+#include "jit/reduction_codegen.h"
+
+namespace ember::jit::fusion {
+namespace {
+
+bool same_loss_attrs(const Attrs& a, const Attrs& b) {
+  return a.ignore_index == b.ignore_index && a.label_smoothing == b.label_smoothing &&
+         a.reduction == b.reduction;
+}
+
+// Moves the nodes between a cross_entropy `c` and its backward `b` that depend on c's output
+// to just after b, when nothing else between (b included) needs them and no write between
+// touches what they read. Returns whether the graph changed.
+bool sink_after_backward(Graph& g, int32_t c, int32_t b) {
+  std::vector<ValueId> tainted{g.nodes[c].out};  // roots derived from c's output
+  std::vector<ValueId> w, sunk_reads;
+  std::vector<int32_t> sunk;
+  auto reads_tainted = [&](const Node& n) {
+    for (ValueId in : n.inputs)
+      if (contains(tainted, g.values[in].root)) return true;
+    return false;
+  };
+  for (int32_t k = c + 1; k < b; ++k) {
+    const Node& n = g.nodes[k];
+    g.writes(n, w);
+    for (ValueId r : w)
+      if (contains(tainted, r)) return false;  // a write into derived memory stays in place
+    if (!reads_tainted(n)) continue;
+    if (!w.empty() || n.out == kNoValue) return false;  // effects keep their position
+    sunk.push_back(k);
+    tainted.push_back(g.values[n.out].root);
+    for (ValueId in : n.inputs) sunk_reads.push_back(g.values[in].root);
+  }
+  if (sunk.empty() || reads_tainted(g.nodes[b])) return false;
+  for (int32_t k = c + 1; k <= b; ++k) {
+    if (contains(sunk, k)) continue;
+    g.writes(g.nodes[k], w);
+    for (ValueId r : w)
+      if (contains(sunk_reads, r)) return false;
+  }
+  std::vector<Node> order;
+  order.reserve(g.nodes.size());
+  for (int32_t k = 0; k <= c; ++k) order.push_back(std::move(g.nodes[k]));
+  for (int32_t k = c + 1; k <= b; ++k)
+    if (!contains(sunk, k)) order.push_back(std::move(g.nodes[k]));
+  for (int32_t k : sunk) order.push_back(std::move(g.nodes[k]));
+  for (size_t k = b + 1; k < g.nodes.size(); ++k) order.push_back(std::move(g.nodes[k]));
+  g.nodes = std::move(order);
+  g.reindex();
+  return true;
+}
+
+// The cross_entropy node before `b` (a cross_entropy_backward) over the same logits and target
+// with the same loss attributes, or -1.
+int32_t forward_of(const Graph& g, int32_t b) {
+  const Node& nb = g.nodes[b];
+  for (int32_t k = b - 1; k >= 0; --k) {
+    const Node& n = g.nodes[k];
+    if (n.op == OpId::cross_entropy && !n.inplace && n.inputs.size() == 2 &&
+        nb.inputs.size() == 3 && n.inputs[0] == nb.inputs[1] && n.inputs[1] == nb.inputs[2] &&
+        same_loss_attrs(n.attrs, nb.attrs))
+      return k;
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Pairs every cross_entropy_backward with its forward, moving the loss reduction out of the
+// way first. Node indices change with each move, so pairs are found by rescanning.
+void Fuser::sink_loss_consumers() {
+  std::vector<ValueId> done;  // backward outputs already handled (stable across moves)
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t b = 0; b < g_.nodes.size() && !moved; ++b) {
+      const Node& n = g_.nodes[b];
+      if (n.op != OpId::cross_entropy_backward || n.inplace || contains(done, n.out)) continue;
+      done.push_back(n.out);
+      const int32_t c = forward_of(g_, static_cast<int32_t>(b));
+      if (c >= 0) moved = sink_after_backward(g_, c, static_cast<int32_t>(b));
+    }
+  }
+}
+
+void Fuser::pair_cross_entropy() {
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    const auto b = static_cast<int32_t>(i);
+    const Node& n = g_.nodes[b];
+    if (n.op != OpId::cross_entropy_backward || n.inplace || n.out == kNoValue) continue;
+    const int32_t c = forward_of(g_, b);
+    if (c < 0 || member_[c] >= 0) continue;
+    const int32_t ci = open(GroupKind::CrossEntropy, c);
+    if (can_add(ci, b)) {
+      add(ci, b);
+      cands_[ci].closed = true;
+    } else {
+      member_[c] = -1;
+      cands_.pop_back();
+    }
+  }
+}
+
+// A sum over leading dims of a contiguous CUDA value that no pointwise chain produced (the
+// bias gradient of a layer whose incoming gradient a GEMM or the cross entropy wrote) becomes
+// a Reduction group of its own: the generated kernel finishes a split sum in the same launch
+// (the last block to finish folds the partials), where eager's launches a second kernel for
+// them, and in this columns layout it sums in eager's order exactly (fused_reduce.cuh), so the
+// bits stay eager's. Sums over the last dim are left to eager: the generated rows layout
+// associates differently. Only narrow sums (a classifier's bias, up to kLoneSumMaxCols
+// columns): the generated kernel keeps its split's partials for the executable's life where
+// eager's are a temporary, which for wide sums raises the peak memory (bench/NOTES.md).
+bool Fuser::lone_column_sum(const Node& n) const {
+  if (n.op != OpId::sum) return false;
+  const Value& in = g_.values[n.inputs[0]];
+  const int64_t nd = static_cast<int64_t>(in.shape.size());
+  if (!in.device.is_cuda() || nd < 2 || in.shape.back() < 2 || in.shape.back() > kLoneSumMaxCols ||
+      n.attrs.dims.empty() || g_.is_view(n.inputs[0]) || in.producer < 0 ||
+      in.strides != contiguous_strides(in.shape))
+    return false;
+  for (int64_t d : n.attrs.dims)
+    if (d == nd - 1 || d == -1) return false;
+  return true;
+}
+
+// A small-K product (a 10-class layer's input gradient, dO [M,10] x W2 [10,N]) whose result
+// only one CUDA Reduction candidate reads joins it: the generated kernel computes each element
+// where it is used, in the eager SmallK kernels' order (jit/reduction_codegen.h), so the
+// [M,N] result is never written and read back, and the product is no launch of its own. Only
+// where running the product at the group's position changes nothing: no node in between
+// writes its operands. (The CPU runs groups chunked, without products.)
+void Fuser::absorb_small_k_products() {
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    const auto p = static_cast<int32_t>(i);
+    const Node& n = g_.nodes[p];
+    if (n.op != OpId::mm || !small_k_product_problem(g_, n).empty()) continue;
+    const ValueId v = n.out;
+    const Value& out = g_.values[v];
+    const Value& a = g_.values[n.inputs[0]];
+    const Value& b = g_.values[n.inputs[1]];
+    if (returned_[v] || g_.values[v].root != v || root_readers_[v].empty()) continue;
+    // Its own candidate, if any, must be an epilogue of nothing but it.
+    const int32_t own = member_[p];
+    if (own >= 0 && !(cands_[own].kind == GroupKind::GemmEpilogue && cands_[own].nodes.size() == 1))
+      continue;
+    const int32_t ci = member_[root_readers_[v].front()];
+    if (ci < 0 || ci == own) continue;
+    Candidate& c = cands_[ci];
+    if (c.kind != GroupKind::Reduction || c.shape != out.shape || c.device != out.device) continue;
+    bool ok = true;
+    for (int32_t r : root_readers_[v]) ok = ok && member_[r] == ci;
+    for (size_t k = 0; k < writes_.size() && ok; ++k) ok = !contains(writes_[k], v);
+    const ValueId ra = a.root, rb = b.root;
+    for (int32_t k = p + 1; k <= c.nodes.back() && ok; ++k)
+      ok = !contains(writes_[k], ra) && !contains(writes_[k], rb);
+    for (int32_t m : c.nodes)
+      ok = ok && g_.nodes[m].out != n.inputs[0] && g_.nodes[m].out != n.inputs[1];
+    if (!ok) continue;
+    if (own >= 0) {
+      cands_[own].nodes.clear();  // dropped by finish()
+      cands_[own].kind = GroupKind::Pointwise;
+    }
+    c.nodes.insert(std::lower_bound(c.nodes.begin(), c.nodes.end(), p), p);
+    member_[p] = ci;
+  }
+}
+
+// A small-K product closing into a reduction is computed inside the reduction's kernel where
+// each element is used (jit/reduction_codegen.h): no GEMM launch, no stored product. Tried
+// before the candidate is asked as a contraction.
+bool Fuser::product_inside_reduction(int32_t ci, Group& out) {
+  Candidate& c = cands_[ci];
+  if (c.kind != GroupKind::GemmEpilogue || !ends_in_reduction(c) ||
+      !small_k_product_problem(g_, g_.nodes[c.nodes.front()]).empty())
+    return false;
+  c.kind = GroupKind::Reduction;
+  Group grp = group_of(ci);
+  if (lowering_accepts(g_, grp, &grp.stored)) {
+    out = std::move(grp);
+    return true;
+  }
+  c.kind = GroupKind::GemmEpilogue;
+  return false;
+}
+
+}  // namespace ember::jit::fusion
