@@ -41,6 +41,15 @@ Group sub_group(const Graph& g, const Group& parent, size_t first) {
   return t;
 }
 
+bool keeps_rows(const Graph& g, ValueId product, ValueId v) {
+  const Value& p = g.values[product];
+  const Value& x = g.values[v];
+  return p.shape.size() == 2 && x.shape.size() >= 2 && x.root == product && x.offset == p.offset &&
+         x.numel() == p.numel() && x.shape.back() == p.shape.back() &&
+         p.strides == contiguous_strides(p.shape) && x.strides == contiguous_strides(x.shape) &&
+         x.dtype == p.dtype;
+}
+
 const char* group_kind_name(GroupKind k) {
   switch (k) {
     case GroupKind::Pointwise:

@@ -147,6 +147,10 @@ struct Graph {
 // group's tail, which a device may run as one generated kernel after the product.
 Group sub_group(const Graph& g, const Group& parent, size_t first);
 
+// Whether view `v` of `product` (a dense [M, N] matrix) is the same memory in the same order
+// with the same last dim N: a reshape that splits only the rows (a Linear over more dims).
+bool keeps_rows(const Graph& g, ValueId product, ValueId v);
+
 // "f32[64,512]" for a value.
 std::string value_type_str(const Value& v);
 

@@ -29,9 +29,16 @@ bool lowering_accepts(const Graph& g, const Group& group, std::vector<ValueId>* 
       case GroupKind::Reduction:
         return true;
       case GroupKind::GemmEpilogue:
-        if (group.nodes.size() >= 2) return true;
-        if (why) *why = "a product alone";
-        return false;
+        if (group.nodes.size() < 2) {
+          if (why) *why = "a product alone";
+          return false;
+        }
+        for (int32_t m : group.nodes)
+          if (op_info(g.nodes[m].op).kind == OpKind::View) {
+            if (why) *why = "a view of the product (the chunked tail reads whole rows)";
+            return false;
+          }
+        return true;
       case GroupKind::CrossEntropy:
         if (why) *why = "no fused cross-entropy kernel on the CPU";
         return false;

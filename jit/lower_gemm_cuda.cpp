@@ -52,6 +52,7 @@ const char* epilogue_name(Epilogue e) {
 struct ContractionPlan {
   ValueId a = kNoValue, b = kNoValue, bias = kNoValue;
   ValueId written = kNoValue;  // what the GEMM call writes: the product or the epilogue's result
+  ValueId cur = kNoValue;      // the same as the next member reads it (through a view, maybe)
   int64_t m = 0, n = 0, k = 0;
   Epilogue epilogue = Epilogue::None;
   Group tail;  // empty: the GEMM is the whole group
@@ -105,15 +106,18 @@ bool folds(const Graph& g, const Group& grp, size_t i, const ContractionPlan& p,
   if (i >= grp.nodes.size()) return false;
   const Node& n = g.nodes[grp.nodes[i]];
   if (n.inplace || n.out == kNoValue || kernels::epilogue_op_of(n.op) != want) return false;
-  if (contains(grp.outputs, p.written) || readers_in(g, grp, p.written) != 1) return false;
-  if (g.values[n.out].dtype != g.values[p.written].dtype) return false;
-  if (want == kernels::EpilogueOp::Relu) return n.inputs.size() == 1 && n.inputs[0] == p.written;
-  if (n.inputs.size() != 2 || (n.inputs[0] == p.written) == (n.inputs[1] == p.written))
+  // What the GEMM would no longer write (the value so far, and the product under its view).
+  for (ValueId skipped : {p.cur, p.written})
+    if (contains(grp.outputs, skipped) || readers_in(g, grp, skipped) != 1) return false;
+  const ValueId x = p.cur;
+  if (g.values[n.out].dtype != g.values[x].dtype || g.values[n.out].shape != g.values[x].shape)
     return false;
+  if (want == kernels::EpilogueOp::Relu) return n.inputs.size() == 1 && n.inputs[0] == x;
+  if (n.inputs.size() != 2 || (n.inputs[0] == x) == (n.inputs[1] == x)) return false;
   // The bias: one value per output column, contiguous, broadcast over the rows.
-  const Value& b = g.values[n.inputs[0] == p.written ? n.inputs[1] : n.inputs[0]];
-  const bool row = b.shape == Shape{p.n} || b.shape == Shape{1, p.n};
-  return row && b.dtype == g.values[p.written].dtype && b.device == g.values[p.written].device &&
+  const Value& b = g.values[n.inputs[0] == x ? n.inputs[1] : n.inputs[0]];
+  const bool row = !b.shape.empty() && b.shape.back() == p.n && b.numel() == p.n;
+  return row && b.dtype == g.values[x].dtype && b.device == g.values[x].device &&
          (p.n == 1 || b.strides[b.shape.size() - 1] == 1);
 }
 
@@ -143,22 +147,30 @@ bool plan_contraction(const Graph& g, const Group& grp, ContractionPlan& out, st
   p.k = va.shape[1];
   p.n = vb.shape[1];
   if (p.m == 0 || p.n == 0 || p.k == 0) return fail(why, "an empty product");
-  p.written = mm.out;
+  p.written = p.cur = mm.out;
   size_t next = 1;
+  // A Linear over more than two dims: the product seen through a view that splits its rows.
+  if (next < grp.nodes.size() && op_info(g.nodes[grp.nodes[next]].op).kind == OpKind::View) {
+    const Node& v = g.nodes[grp.nodes[next]];
+    if (v.inputs.size() != 1 || v.inputs[0] != mm.out || !keeps_rows(g, mm.out, v.out))
+      return fail(why, "a view of the product that does not keep its rows");
+    p.cur = v.out;
+    ++next;
+  }
   if (folds(g, grp, next, p, kernels::EpilogueOp::BiasAdd)) {
     const Node& add = g.nodes[grp.nodes[next]];
-    p.bias = add.inputs[0] == p.written ? add.inputs[1] : add.inputs[0];
-    p.written = add.out;
+    p.bias = add.inputs[0] == p.cur ? add.inputs[1] : add.inputs[0];
+    p.written = p.cur = add.out;
     p.epilogue = Epilogue::Bias;
     ++next;
     if (folds(g, grp, next, p, kernels::EpilogueOp::Relu)) {
-      p.written = g.nodes[grp.nodes[next]].out;
+      p.written = p.cur = g.nodes[grp.nodes[next]].out;
       p.epilogue = Epilogue::ReluBias;
       ++next;
     }
   }
   const Value& vw = g.values[p.written];
-  if (vw.shape != vp.shape || !dense(vw))
+  if (vw.numel() != vp.numel() || vw.shape.back() != p.n || !dense(vw))
     return fail(why, "the GEMM's result is not a dense [M, N] matrix");
   if (next < grp.nodes.size()) {
     p.tail = sub_group(g, grp, next);
@@ -198,8 +210,7 @@ class LoweredGemm final : public LoweredGroup {
     const Graph& g = ctx.graph;
     a_ = matrix(g.values[p_.a]);
     b_ = matrix(g.values[p_.b]);
-    const Value& o = g.values[p_.written];
-    ld_d_ = p_.m == 1 ? p_.n : o.strides[0];
+    ld_d_ = p_.n;  // dense rows of N, whatever the rank of what it writes
     epilogue_ = p_.epilogue == Epilogue::None   ? kc::GemmEpilogue::None
                 : p_.epilogue == Epilogue::Bias ? kc::GemmEpilogue::Bias
                                                 : kc::GemmEpilogue::ReluBias;

@@ -68,6 +68,8 @@ void Fuser::run() {
     if (op_info(n.op).kind == OpKind::Matmul && !n.inplace && n.out != kNoValue &&
         epilogue_capable(n.out))
       open(GroupKind::GemmEpilogue, k);
+    else if (op_info(n.op).kind == OpKind::View)
+      place_view(k);
     else if (is_pointwise_node(n))
       place_pointwise(k);
     else if (is_fusable_reduce(n))
@@ -105,8 +107,9 @@ void Fuser::add(int32_t ci, int32_t node) {
 
 // The candidate producing `v` as a member output, or -1.
 int32_t Fuser::cand_of_value(ValueId v) const {
+  // (A view is a member only when place_view made it one.)
   const int32_t p = g_.values[v].producer;
-  if (p < 0 || g_.nodes[p].out != v || g_.is_view(v)) return -1;
+  if (p < 0 || g_.nodes[p].out != v) return -1;
   return member_[p];
 }
 
@@ -162,6 +165,21 @@ void Fuser::place_pointwise(int32_t i) {
       return;
     }
   open(GroupKind::Pointwise, i);
+}
+
+// A Linear over inputs of any rank traces as mm over the rows, then a view back to the leading
+// dims: the view joins the product's candidate so the tail (bias, activation) follows it there.
+// Only a reshape that keeps the product's rows whole (same memory, same last dim).
+void Fuser::place_view(int32_t i) {
+  const Node& n = g_.nodes[i];
+  if (n.inplace || n.out == kNoValue || n.inputs.size() != 1) return;
+  const int32_t ci = cand_of_value(n.inputs[0]);
+  if (ci < 0) return;
+  Candidate& c = cands_[ci];
+  if (c.kind != GroupKind::GemmEpilogue || c.closed || c.nodes.size() != 1) return;
+  if (!keeps_rows(g_, n.inputs[0], n.out) || !can_add(ci, i)) return;
+  add(ci, i);
+  c.shape = g_.values[n.out].shape;
 }
 
 void Fuser::place_reduction(int32_t i) {
@@ -233,6 +251,11 @@ Group Fuser::group_of(int32_t ci) const {
 Group Fuser::settle(int32_t ci) {
   Candidate& c = cands_[ci];
   while (!c.nodes.empty()) {
+    // A group runs at its last member: never a view (views run nowhere, they are aliases).
+    while (!c.nodes.empty() && op_info(g_.nodes[c.nodes.back()].op).kind == OpKind::View) {
+      member_[c.nodes.back()] = -1;
+      c.nodes.pop_back();
+    }
     if (c.nodes.size() < 2 && c.kind != GroupKind::Reduction) break;
     if (Group grp; product_inside_reduction(ci, grp)) return grp;
     Group grp = group_of(ci);
@@ -246,9 +269,14 @@ Group Fuser::settle(int32_t ci) {
       c.nodes.pop_back();
       c.closed = false;
     } else if (c.kind == GroupKind::GemmEpilogue) {
-      // The product runs as itself; its tail may still be a group.
+      // The product runs as itself (with its view); its tail may still be a group.
       member_[c.nodes.front()] = -1;
       c.nodes.erase(c.nodes.begin());
+      while (!c.nodes.empty() && op_info(g_.nodes[c.nodes.front()].op).kind == OpKind::View) {
+        member_[c.nodes.front()] = -1;
+        c.nodes.erase(c.nodes.begin());
+      }
+      if (!c.nodes.empty()) c.shape = g_.values[g_.nodes[c.nodes.front()].out].shape;
       c.kind =
           !c.nodes.empty() && ends_in_reduction(c) ? GroupKind::Reduction : GroupKind::Pointwise;
       if (!c.nodes.empty() && !connected(c)) break;

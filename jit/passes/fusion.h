@@ -36,6 +36,7 @@ class Fuser {
   int32_t cand_of_value(ValueId v) const;
   bool can_add(int32_t ci, int32_t i) const;
   bool fits(const Candidate& c, const Value& out) const;
+  void place_view(int32_t i);
   void place_pointwise(int32_t i);
   void place_reduction(int32_t i);
   bool connected(const Candidate& c) const;

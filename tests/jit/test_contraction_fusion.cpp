@@ -139,6 +139,55 @@ TEST_CASE("fusion: a product takes a pointwise tail the GPU lowering runs after 
   }
 }
 
+TEST_CASE("fusion: a Linear over three dims takes its tail through the view", "[jit]") {
+  // linear(x [2,5,40]) traces as mm over the 10 rows, then a view back to [2,5,6].
+  auto build = [](bool relu_on) {
+    Graph g;
+    const ValueId x = g.add_input(randn({2, 5, 40}), 0);
+    const ValueId w = g.add_state(randn({40, 6}));
+    const ValueId b = g.add_state(randn({6}));
+    Attrs rows, back;
+    rows.shape = {10, 40};
+    back.shape = {2, 5, 6};
+    const ValueId xr = g.append(OpId::view, {x}, rows);
+    const ValueId p = g.append(OpId::mm, {xr, w});
+    const ValueId v = g.append(OpId::view, {p}, back);
+    const ValueId h = g.append(OpId::add, {v, b});
+    g.outputs = {relu_on ? g.append(OpId::relu, {h}) : g.append(OpId::exp, {h})};
+    return g;
+  };
+  SECTION("on the GPU the bias and relu fold into the GEMM call") {
+    Graph g = build(true);
+    on_gpu(g);
+    fuse(g);
+    REQUIRE(g.groups.size() == 1);
+    CHECK(g.groups[0].kind == GroupKind::GemmEpilogue);
+    CHECK(g.groups[0].nodes.size() == 4);  // mm, view, add, relu
+    std::string why;
+    const auto epi = gemm_group_epilogue(g, g.groups[0], &why);
+    INFO(why);
+    REQUIRE(epi);
+    CHECK(*epi == "RELU_BIAS");
+    CHECK(g.groups[0].stored.empty());  // the GEMM writes the returned result itself
+  }
+  SECTION("the bias folds, another activation runs in the tail kernel") {
+    Graph g = build(false);
+    on_gpu(g);
+    fuse(g);
+    REQUIRE(g.groups.size() == 1);
+    CHECK(*gemm_group_epilogue(g, g.groups[0]) == "BIAS");
+    CHECK(g.groups[0].stored.size() == 1);
+  }
+  SECTION("on the CPU the tail is a chunked pointwise group after the product") {
+    Graph g = build(true);
+    fuse(g);
+    CHECK(groups_of(g, GroupKind::GemmEpilogue).empty());
+    const auto pw = groups_of(g, GroupKind::Pointwise);
+    REQUIRE(pw.size() == 1);
+    CHECK(pw[0]->nodes.size() == 2);
+  }
+}
+
 TEST_CASE("fusion: what the lowering refuses is taken apart", "[jit]") {
   SECTION("a float64 product has no GEMM lowering: the tail alone is a pointwise group") {
     GeluLayer l = gelu_layer(8, 40, 6, kFloat64);
@@ -264,6 +313,30 @@ TEST_CASE("fusion: a compiled GELU network runs every product with its tail fuse
       gelu_tails += l.find("+ BIAS, then nvrtc pointwise kernel: gelu") != std::string::npos;
     CHECK(gelu_tails == 2);
   }
+}
+
+TEST_CASE("fusion: a compiled Linear over three dims runs as one GEMM call, like eager",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  set_allow_tf32(false);
+  const Device dev = Device::cuda(0);
+  manual_seed(11);
+  const Tensor w = randn({24, 40}, dev), b = randn({24}, dev);
+  auto f = [&](const Tensor& x) { return relu(linear(x, w, b)); };
+  auto compiled = jit::compile(f, {.fullgraph = true});
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn({3, 7, 40}, dev);
+    const Tensor want = f(x), got = compiled(x);
+    REQUIRE(got.sizes() == want.sizes());
+    CHECK(equal(got, want));  // the handwritten kernel eager mm runs too, bias and relu fused
+  }
+  const jit::Explanation e = jit::explain(f, randn({3, 7, 40}, dev));
+  std::string all;
+  for (const std::string& l : e.lowerings) all += l + "\n";
+  INFO(all);
+  CHECK(e.lowerings.size() == 1);
+  CHECK(all.find("RELU_BIAS") != std::string::npos);
+  CHECK(e.kernels_per_replay == 1);
 }
 
 #endif  // EMBER_WITH_CUDA
