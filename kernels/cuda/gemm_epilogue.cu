@@ -1,8 +1,8 @@
-// cuBLASLt matmuls with epilogues (gemm_epilogue.h). The problem -> plan cache mirrors the eager
-// matmul's (kernels/cuda/matmul.cu) but keeps the heuristic's top 8 algorithms per plan, so an
-// autotuner can time them and pin a winner, and sets the epilogue's extra pointers (bias, bias
-// gradient, ReLU mask) on the descriptor: before the heuristic query, which checks their
-// alignment, and before every call, since a plan serves any pointers of the same alignment. The
+// cuBLASLt matmuls, with epilogues or batched (gemm_epilogue.h), and the process's one problem ->
+// plan cache. A plan keeps the heuristic's top 8 algorithms, so an autotuner can time them and
+// pin a winner, and the epilogue's extra pointers (bias, bias gradient, ReLU mask) are set on the
+// descriptor: before the heuristic query, which checks their alignment, and before every call,
+// since a plan serves any pointers of the same alignment. The
 // heuristic's answers persist across processes through the algorithm store when one is installed
 // (gemm_algo_store.h).
 #include <cublasLt.h>
@@ -72,6 +72,7 @@ struct Key {
   int64_t m, n, k;  // cuBLASLt's: m = our N, n = our M
   LtOperand a, b;   // cuBLASLt's A (our B^T) and B (our A^T)
   int64_t ld_d, aux_ld;
+  int64_t batch, stride_a, stride_b, stride_d;  // cuBLASLt's A and B, as above
   uint32_t align_a, align_b, align_d, align_vec, align_aux;
   bool operator==(const Key& o) const {
     auto same = [](const LtOperand& x, const LtOperand& y) {
@@ -79,8 +80,10 @@ struct Key {
     };
     return device == o.device && dtype == o.dtype && tf32 == o.tf32 && epilogue == o.epilogue &&
            m == o.m && n == o.n && k == o.k && same(a, o.a) && same(b, o.b) && ld_d == o.ld_d &&
-           aux_ld == o.aux_ld && align_a == o.align_a && align_b == o.align_b &&
-           align_d == o.align_d && align_vec == o.align_vec && align_aux == o.align_aux;
+           aux_ld == o.aux_ld && batch == o.batch && stride_a == o.stride_a &&
+           stride_b == o.stride_b && stride_d == o.stride_d && align_a == o.align_a &&
+           align_b == o.align_b && align_d == o.align_d && align_vec == o.align_vec &&
+           align_aux == o.align_aux;
   }
 };
 struct KeyHash {
@@ -90,8 +93,8 @@ struct KeyHash {
     mix(static_cast<uint64_t>(k.device) << 16 | static_cast<uint64_t>(k.dtype) << 8 |
         static_cast<uint64_t>(k.epilogue));
     mix(uint64_t{k.tf32} | uint64_t{k.a.trans} << 1 | uint64_t{k.b.trans} << 2);
-    for (int64_t v :
-         {k.m, k.n, k.k, k.a.rows, k.a.cols, k.a.ld, k.b.rows, k.b.cols, k.b.ld, k.ld_d, k.aux_ld})
+    for (int64_t v : {k.m, k.n, k.k, k.a.rows, k.a.cols, k.a.ld, k.b.rows, k.b.cols, k.b.ld, k.ld_d,
+                      k.aux_ld, k.batch, k.stride_a, k.stride_b, k.stride_d})
       mix(static_cast<uint64_t>(v));
     mix(uint64_t{k.align_a} | uint64_t{k.align_b} << 9 | uint64_t{k.align_d} << 18 |
         uint64_t{k.align_vec} << 27 | uint64_t{k.align_aux} << 36);
@@ -140,6 +143,12 @@ Key make_key(const GemmCall& c) {
   describe_transposed(c.a.rows, c.a.cols, c.a.row_stride, c.a.col_stride, key.b);
   key.ld_d = c.ld_d > 0 ? c.ld_d : c.b.cols;
   key.aux_ld = uses_aux(c.epilogue) ? (c.aux_ld > 0 ? c.aux_ld : relu_mask_ld(c.b.cols)) : 0;
+  key.batch = c.batch;
+  if (c.batch > 1) {
+    key.stride_a = c.stride_b;
+    key.stride_b = c.stride_a;
+    key.stride_d = c.stride_d > 0 ? c.stride_d : c.a.rows * key.ld_d;
+  }
   key.align_a = alignment_of(c.b.ptr);
   key.align_b = alignment_of(c.a.ptr);
   key.align_d = alignment_of(c.d);
@@ -169,11 +178,21 @@ void set_pointers(const Plan& p, const Key& key, const GemmCall& c) {
   }
 }
 
-cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+                                   int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
   check_lt(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows),
                                       static_cast<uint64_t>(cols), ld),
            "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                              sizeof(count)),
+             "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                              &stride, sizeof(stride)),
+             "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+  }
   return l;
 }
 
@@ -191,9 +210,9 @@ Plan build_plan(const Key& key, const GemmCall& call) {
   check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
            "cublasLtMatmulDescSetAttribute(EPILOGUE)");
   set_pointers(p, key, call);
-  p.a = make_layout(ti.data, key.a.rows, key.a.cols, key.a.ld);
-  p.b = make_layout(ti.data, key.b.rows, key.b.cols, key.b.ld);
-  p.d = make_layout(ti.data, key.m, key.n, key.ld_d);
+  p.a = make_layout(ti.data, key.a.rows, key.a.cols, key.a.ld, key.batch, key.stride_a);
+  p.b = make_layout(ti.data, key.b.rows, key.b.cols, key.b.ld, key.batch, key.stride_b);
+  p.d = make_layout(ti.data, key.m, key.n, key.ld_d, key.batch, key.stride_d);
 
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -343,6 +362,12 @@ void check_gemm_call(const GemmCall& c) {
   EMBER_CHECK(c.a.ptr && c.b.ptr && c.d, "gemm_epilogue ", epi, ": null operand or output");
   EMBER_CHECK(c.ld_d == 0 || c.ld_d >= c.b.cols, "gemm_epilogue ", epi, ": output ld ", c.ld_d,
               " < N = ", c.b.cols);
+  EMBER_CHECK(c.batch >= 1 && c.batch <= INT32_MAX, "gemm_epilogue ", epi, ": batch ", c.batch,
+              " out of range");
+  EMBER_CHECK(c.batch == 1 || c.epilogue == GemmEpilogue::None, "gemm_epilogue ", epi,
+              ": a batched product takes no epilogue");
+  EMBER_CHECK(c.stride_a >= 0 && c.stride_b >= 0 && c.stride_d >= 0, "gemm_epilogue ", epi,
+              ": negative batch stride");
   EMBER_CHECK(!uses_bias(c.epilogue) || c.bias, "gemm_epilogue ", epi, ": needs a bias");
   EMBER_CHECK(!uses_bias_grad(c.epilogue) || c.bias_grad, "gemm_epilogue ", epi,
               ": needs a bias-gradient output");

@@ -1,8 +1,10 @@
 #pragma once
 // One cuBLASLt matmul with a fused epilogue: D[M,N] = A[M,K] B[K,N], then a bias, a ReLU (with
 // its bit mask), the ReLU gradient with the bias gradient, or the bias gradient of an operand,
-// all inside the GEMM kernel. Used by the JIT's GEMM lowering (jit/lower_gemm_cuda.cpp); no CUDA
-// types here, so jit/ can include it. Everything runs on stream(device) with the per-device
+// all inside the GEMM kernel; or a strided batch of plain products. The one cuBLASLt entry
+// point: the eager mm and bmm (kernels/cuda/matmul.cu) and the JIT's GEMM lowering
+// (jit/lower_gemm_cuda.cpp) both call it, so they share one plan cache. No CUDA types here, so
+// jit/ can include it. Everything runs on stream(device) with the per-device
 // cuBLASLt workspace (kernels/cuda/runtime.h); nothing synchronizes except the autotuner.
 //
 // Everything is stated in Ember's row-major terms. cuBLASLt is column-major, so the call is
@@ -60,6 +62,10 @@ struct GemmCall {
   void* bias_grad = nullptr;   // DReluBGrad, BGradB: [N]; BGradA: [M]; contiguous, `dtype`
   void* aux = nullptr;         // ReluAuxBias: the mask written; DReluBGrad: the mask read
   int64_t aux_ld = 0;          // bits; 0: relu_mask_ld(N)
+  // Batched products (epilogue None only): `batch` products D_i = A_i B_i, the i-th matrices of
+  // a, b and d `stride_*` elements after the first (0: every product reads the same matrix).
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0;
 };
 
 // Throws ember::Error naming the problem when a shape, layout or pointer does not fit the
