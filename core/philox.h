@@ -109,8 +109,8 @@ EMBER_HD void normal_pair(uint64_t seed, uint64_t offset, uint64_t pair, double&
 // ---- The float draw: Box-Muller in float, bit-identical on CPU and CUDA ----------------------
 //
 // Why float: randn of a float32/float16/bfloat16 tensor needs float precision only, and on the
-// GPU the double Box-Muller above costs nearly three times the Philox call (40 us against
-// 14.5 us for [8192, 784] on the H200; float math 22 us, bench/experiments/randn_variants.cu).
+// GPU the double Box-Muller above costs several times the Philox call it transforms (double
+// log and sincos run at a fraction of float throughput), and the float version roughly halves it.
 //
 // Why our own log and sincos: libm's logf/sinf (glibc) and CUDA's are not correctly rounded
 // and differ in the last bit for some inputs, so CPU and CUDA would disagree. The functions below

@@ -4,9 +4,9 @@
 // a column sum comes out bitwise the same from either. Host-only and dependency-free.
 //
 // Why 8 per multiprocessor: a reduction block is 256 threads and an SM holds 2048, so 8 blocks
-// per SM is one full wave. Two blocks per SM (the first choice) left the [8192, 512] bias
-// gradient of the seed MLP at 16 x 17 blocks of 256 threads: a quarter of the GPU's threads,
-// each folding 61 rows one dependent load after another, 0.86 TB/s (bench/NOTES.md).
+// per SM is one full wave. Fewer blocks leave a tall reduction (a [8192, 512] bias gradient, say)
+// with a fraction of the GPU's threads, each folding many rows one dependent load after
+// another, far below memory bandwidth.
 #include <cstdint>
 
 namespace ember::kernels {

@@ -51,8 +51,9 @@ void launch_rows(DType dtype, const void* logits, const int64_t* target, const v
 // per row group in one block of 1024 threads. Longer batches spread over 256-thread blocks, at
 // most the scratch's slots (the count of targets then comes from a kernel of its own).
 // Up to this many rows every block of a wide mean-with-gradient launch counts the targets itself
-// (8 K int64 per block read from L2: 6.0 us of count_targets_kernel at 8192 rows on the H200
-// before, as a launch of its own); above it one kernel counts them first.
+// (re-reading them from L2 is cheaper than a separate count_targets_kernel launch and the
+// dependency it adds); above it the redundant reads grow past that, and one kernel counts them
+// first.
 constexpr int64_t kCountInBlockMaxRows = 16384;
 
 struct ReducedShape {
@@ -62,9 +63,9 @@ struct ReducedShape {
 ReducedShape reduced_shape(int64_t N, int64_t C, int device) {
   const int64_t slots = finish_scratch(device).slots;
   if (C <= dev::kThreadRowMaxC) {
-    // One block only up to one row per thread: at 4 rows per thread (1024 rows) the rows'
-    // round trips to memory in turn took 13.6 us on the H200, several blocks 10 us with the
-    // counting kernel.
+    // One block only up to one row per thread: with several rows per thread each row's round
+    // trip to memory waits for the previous one, and several blocks (with the counting
+    // kernel) are faster.
     const int64_t blocks = N <= 256 ? 1 : std::min<int64_t>(ceil_div(N, 256), slots);
     return {dim3(256), dim3(static_cast<unsigned>(blocks)), true};
   }

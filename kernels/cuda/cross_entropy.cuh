@@ -112,10 +112,9 @@ __device__ __forceinline__ T block_tree_sum(T v, T* cell, int tid, int nt) {
 __device__ __forceinline__ long long count_not_ignored(const int64_t* __restrict__ target,
                                                        int64_t N, int64_t ignore_index, int tid,
                                                        int nt) {
-  // kBatch loads issued before any is used. With a loop of single loads (`#pragma unroll 8`,
-  // a bounds check between them) count_targets_kernel took 6.0 us for 8 K targets in one
-  // block of 1024 threads on the H200, and counting in each of 32 blocks of 256 threads made
-  // the row kernel 20.7 us instead of 9.5; batched, the row kernel with its count is 10.9 us.
+  // kBatch loads issued before any is used: a loop of single loads (a bounds check between
+  // them) waits one memory round trip per load, which made counting in every block of a wide
+  // launch cost about as much as the row kernel itself; batched, the count adds little to it.
   constexpr int kBatch = 16;
   long long c = 0;
   for (int64_t base = tid; base < N; base += int64_t{kBatch} * nt) {
@@ -337,8 +336,8 @@ __global__ void __launch_bounds__(256)
                               : block_count_targets(target, N, ignore_index, count_cell, tid, nt));
   }
   const Acc off = smoothing / static_cast<Acc>(C), on = Acc(1) - smoothing;
-  // (Rows loaded into registers first, 32 predicated loads, made this kernel slower on the
-  // H200: 5.7 -> 6.8 us at 64 rows, 10.9 -> 13.6 at 8192; the loops over C stay.)
+  // The loops over C read the row where it is used: loading the row into registers first
+  // (32 predicated loads) costs registers and predication and made the kernel slower.
   auto write_row = [&](int64_t row, int64_t t, Acc lse, Acc g) {
     const T* x = logits + row * C;
     T* o = dx + row * C;

@@ -280,9 +280,9 @@ std::optional<GemmAlgoEnv> env_of(int dev) {
 
 // The one place a stored answer is checked against this process before use: every usable
 // result must fit the preference's workspace and, when set_gemm_algo_check(true), pass
-// cublasLtMatmulAlgoCheck for these descriptors. The check is off by default: on the H200 its
-// first call in a process took 69.8 ms, as long as the heuristic query it would save
-// (bench/experiments/tile_gemm_variants.cu, `load`); the key already pins cuBLASLt's version,
+// cublasLtMatmulAlgoCheck for these descriptors. The check is off by default: its first call in
+// a process costs about as much as the heuristic query it would save, so it would undo the
+// store's purpose; and the key already pins cuBLASLt's version,
 // the device and the whole problem, the disk cache checksums every entry, and the stored problem
 // is compared on load; a launch cuBLASLt still refused would raise ember::Error, not compute.
 bool passes_check(const StoredGemmAnswer& ans, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,

@@ -37,7 +37,7 @@ using GemmAlgoLogSink = void (*)(std::string_view line);
 GemmAlgoLogSink set_gemm_algo_log(GemmAlgoLogSink sink);
 
 // Whether a stored algorithm is checked with cublasLtMatmulAlgoCheck before it is used (default
-// off: the check's first call costs what the heuristic does, ~70 ms on the H200, so a warm
+// off: the check's first call in a process costs about what the heuristic query does, so a warm
 // process would save nothing). Off trusts the key, which pins cuBLASLt's version, the device and
 // the whole problem; the stored workspace size is checked either way.
 void set_gemm_algo_check(bool on);

@@ -63,10 +63,8 @@ __device__ __forceinline__ void draw_pair(uint64_t seed, uint64_t offset, uint64
 }
 
 // One thread per pair of elements: the pair's Philox call (and, for normals, its logarithm and
-// square root) is done once instead of once per element, which halves randn's time (77 -> 40
-// us for [8192, 784] float32 on the H200 with the double draw, bench/experiments/
-// randn_variants.cu); the values are those of the per-element formulas in core/philox.h, bit
-// for bit.
+// square root) is done once instead of once per element, about half the work of a draw per
+// element; the values are those of the per-element formulas in core/philox.h, bit for bit.
 template <Draw D, class S>
 __global__ void __launch_bounds__(kThreads)
     random_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, const uint64_t* state,
@@ -88,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // The float normal draw (float32, float16, bfloat16): one thread per four elements, the four
 // of one Philox call (philox::normal_quad_f32), stored as one 16-byte vector where the output
-// allows. [8192, 784] float32 on the H200: 28.4 us with a Philox call per pair.
+// allows (a Philox call per pair would do twice the calls and store in 8-byte pieces).
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     normal_f32_kernel(S* out, int64_t n, uint64_t seed, uint64_t offset, const uint64_t* state) {

@@ -1,4 +1,4 @@
-// Peak device memory of a compiled training step against the same steps run eagerly (issue 5's
+// Peak device memory of a compiled training step against the same steps run eagerly (the
 // target: compiled <= 1.0x eager), measured over everything a user's loop does: the traced
 // calls, building the executable, and the replays, on the seed MLP.
 //

@@ -1,5 +1,5 @@
-// The CUDA kernels of the ops issue 3 added (cross_entropy with label smoothing,
-// cross_entropy_backward, scatter_add, sgd_update) against the CPU path on the same inputs:
+// The CUDA kernels of cross_entropy (with label smoothing), cross_entropy_backward, scatter_add
+// and sgd_update against the CPU path on the same inputs:
 // long rows (a warp, a block of 256 and of 1024 threads per row), heavy duplicate indices,
 // every dtype each op takes, mixed-dtype and many-tensor optimizer updates (more than one
 // launch's worth), and the device error flag for out-of-range targets and indices. The CPU

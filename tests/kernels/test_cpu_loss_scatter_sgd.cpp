@@ -1,7 +1,7 @@
-// CPU behaviour of the ops issue 3 added beyond what the op-table sweep checks: out-of-range
-// targets and indices throw naming the op and the value and leave the output untouched,
-// scatter_add overwrites an output that already holds values, and sgd_update reads its
-// hyperparameters and step count from their tensors on every call.
+// CPU behaviour of cross_entropy_backward, scatter_add and sgd_update beyond what the op-table
+// sweep checks: out-of-range targets and indices throw naming the op and the value and leave the
+// output untouched, scatter_add overwrites an output that already holds values, and sgd_update
+// reads its hyperparameters and step count from their tensors on every call.
 #include <cmath>
 #include <cstdint>
 #include <vector>
