@@ -20,7 +20,8 @@ static_assert(dev::kSmallNMaxN == kSmallGemmMaxN, "small_gemm.cuh and small_gemm
 
 constexpr int kSmallKThreads = 256;
 // From this many rows the SmallK and SmallN float32 kernels walk several rows per thread or
-// warp (same bits, fewer loads of B): measured faster at 8192 rows, not at 1024 (small_gemm.cuh).
+// warp (same bits, fewer loads of B): below it the extra rows leave the GPU under-filled
+// (bench/NOTES.md, "Figures moved out of code comments").
 constexpr int64_t kSmallGemmRowsMinM = 4096;
 
 // Calls f(std::integral_constant<int, v>) for a runtime v in [kLo, kHi]: the kernels take K or
@@ -67,10 +68,7 @@ bool has_clusters(int device) {
 
 // The Tiled kernel's plan, a function of (M, N, K, device) alone: the tile from the smaller
 // sizes, then k split into up to 8 slices (a cluster) while the tiles are too few to fill the
-// GPU, each slice at least 64 long. H200 timings (bench/experiments/tile_gemm_variants.cu, us
-// per launch back to back, cuBLASLt's heuristic choice in brackets): [64,784]x[784,512] as 64x64
-// tiles in 8 slices 10.8 (12.0); [512,64]x[64,784] 64x64 unsplit 6.1 (10.0); [10,64]x[64,512]
-// 16x32 unsplit 3.8 (7.9).
+// GPU, each slice at least 64 long (the timings behind these choices: bench/NOTES.md).
 struct TilePlan {
   int bm = 64, bn = 64, slices = 1, slice = 0;
 };

@@ -46,8 +46,7 @@ __device__ __forceinline__ T small_gemm_epilogue(T v, const T* __restrict__ bias
 }
 
 // Both kernels take K (SmallK) or N (SmallN) as a template constant: with a runtime bound every
-// load sat behind its own branch, so each of a row's 10 loads waited out the memory latency
-// alone (measured on the H200: 23.8 us for the [64,512]x[512,10] forward, 68 us at 8192 rows).
+// load sits behind its own branch, so each of a row's loads waits out the memory latency alone.
 // With the constant the loads of an iteration issue together.
 
 // SmallK, one thread per output, grid-stride over the M*N outputs in row-major order; Index is
@@ -160,8 +159,7 @@ __global__ void __launch_bounds__(32 * kSmallNWarps) small_n_gemm_kernel(SmallGe
 
 // float32 with A's rows and B's columns contiguous along k (the Linear layer's x and W^T), K a
 // multiple of 4 and every row 16-byte aligned: each quad is one float4 of A and one of each B
-// column. Measured on the H200 for [64,512]x[512,10]: 3.5 us back to back, at the empty-kernel
-// floor, against 12.3 us for the strided kernel above (64-bit address arithmetic per load).
+// column, without the strided kernel's 64-bit address arithmetic per load.
 template <int kN>
 __global__ void __launch_bounds__(32 * kSmallNWarps)
     small_n_gemm_vec4_kernel(SmallGemmArgs<float> p) {
@@ -196,9 +194,8 @@ __global__ void __launch_bounds__(32 * kSmallNWarps)
 // SmallK, float32 as small_k_gemm_vec4_kernel, for many rows: a 128-thread block covers 128
 // column quads (blockIdx.x) of kSmallKRows rows (blockIdx.y); each thread loads its quad of B's
 // K rows once into registers and walks the rows, where the grid-stride kernel reloads B for every
-// output quad. The same FMA chain per output (k = 0..K-1), so the same bits. H200, [8192,10] x
-// [10,512] back to back (bench/experiments/small_gemm_variants.cu): 11.0 -> 7.8 us; no gain at
-// 1024 rows and below.
+// output quad. The same FMA chain per output (k = 0..K-1), so the same bits. It pays only with
+// many rows (kSmallGemmRowsMinM).
 inline constexpr int kSmallKRows = 8;
 inline constexpr int kSmallKRowsThreads = 128;
 template <int kK>
@@ -236,8 +233,7 @@ __global__ void __launch_bounds__(kSmallKRowsThreads)
 
 // SmallN, float32 as small_n_gemm_vec4_kernel, for many rows: a warp folds kSmallNRows rows at
 // once, so each float4 of B serves all of them. Every row's quads and butterfly are those of the
-// one-row kernel, so the same bits. H200, [8192,512] x [512,10] back to back: 12.3 -> 9.3 us;
-// slower than one row per warp at 1024 rows and below.
+// one-row kernel, so the same bits. It pays only with many rows (kSmallGemmRowsMinM).
 inline constexpr int kSmallNRows = 4;
 template <int kN>
 __global__ void __launch_bounds__(32 * kSmallNWarps)

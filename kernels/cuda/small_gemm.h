@@ -1,6 +1,6 @@
 #pragma once
-// Handwritten GEMMs for small products, where a cuBLASLt call costs 6-20 us of fixed overhead
-// (or runs a handful of output tiles on 132 SMs) for a few us of work: the seed MLP's
+// Handwritten GEMMs for small products, where a cuBLASLt call's fixed cost (or a handful of
+// output tiles on a GPU of 132 SMs) outweighs the work: the seed MLP's
 // [B,512]x[512,10] forward and its K = 10 input gradient (SmallN, SmallK), and at batch 64 its
 // [64,784]x[784,512] forward and both weight gradients (Tiled; bench/NOTES.md). The kernels sum
 // in an order fixed by the shapes and the device alone, so the eager mm
@@ -17,9 +17,8 @@ namespace ember::kernels::cuda {
 inline constexpr int64_t kSmallGemmMaxK = 16;     // SmallK: at most this many products per output
 inline constexpr int64_t kSmallGemmMaxN = 16;     // SmallN: accumulators per lane (registers)
 inline constexpr int64_t kSmallGemmMaxNK = 4096;  // SmallN: one warp folds at most this K
-// Tiled: at most this many multiply-adds (M N K). Measured on the H200 (bench/experiments/
-// tile_gemm_variants.cu): 2.6e7 (the batch-64 products) is faster than cuBLASLt, 4.1e8 (batch
-// 1024's forward) is 2-3x slower.
+// Tiled: at most this many multiply-adds (M N K): between the largest product it was measured
+// to beat cuBLASLt on and the smallest it lost on (bench/NOTES.md).
 inline constexpr int64_t kTiledGemmMaxMNK = int64_t{1} << 25;
 inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 16 stays < 65536
 
