@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 #include "core/generator.h"
 #include "core/philox.h"
@@ -11,6 +12,7 @@
 #include "jit/log.h"
 #include "jit/lower.h"
 #include "kernels/blas_layout.h"
+#include "kernels/cuda/timeline.h"
 
 namespace ember::jit {
 namespace {
@@ -363,8 +365,7 @@ void Executor::run_steps(bool capturing, cuda::Timeline* timeline) {
     }
     if (capturing) {
       for (const EarlyOut& e : early_outs_)
-        if (e.after_step == done - 1)
-          cuda::capture_early_read(*e.read, static_fresh_[e.fresh]->data, graph_device_);
+        if (e.after_step == done - 1) e.read->capture(static_fresh_[e.fresh]->data);
       if (capture_output_copy_)
         for (size_t f = 0; f < out_after_.size(); ++f)
           if (out_after_[f] == done - 1 && (*capture_placeholders_)[f])
@@ -479,7 +480,6 @@ void Executor::abandon_replay() {
 // The arenas' memory, taken at the first replay rather than when the executable was built: the
 // build happens inside the last traced call, whose eager gradients the caller holds until the
 // next call replaces them, and arena + those gradients would be a peak above eager's.
-// (Measured on the H200: bench/NOTES.md, fifth session.)
 void Executor::allocate_arenas() {
   drop_replaced_grads();
   for (size_t k = 0; k < arenas_.size(); ++k) {
@@ -702,7 +702,7 @@ Executor::BoundGraph* Executor::capture_graph(std::span<const Tensor> args) {
       }
       const size_t n = static_fresh_[f]->nbytes;
       if (out_after_[f] >= 0 && g_.values[fresh_roots_[f]].numel() == 1 && n > 0 && n <= 8)
-        early_outs_.push_back({f, out_after_[f], cuda::make_early_read(n, dev)});
+        early_outs_.push_back({f, out_after_[f], cuda::EarlyRead::make(n, dev)});
     }
   }
   // Bound arguments stay in the slots only during the capture: holding them would keep a batch
@@ -897,9 +897,7 @@ void Executor::replay_graph(BoundGraph& bg, std::span<const Tensor> args,
   cuda::launch_graph(graph, dev);
   for (const EarlyOut& e : early_outs_) {
     Storage& st = *copies[e.fresh];
-    st.early = e.read;
-    st.early_seq = cuda::note_early_launch(*e.read);
-    st.early_version = st.version;
+    st.pending_read = {e.read, e.read->note_launch(), st.version};
   }
   apply_effects();
   outputs.clear();

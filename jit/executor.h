@@ -7,9 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
 #include "jit/graph.h"
 #include "jit/passes.h"
+#include "kernels/cuda/early_read.h"
+#include "kernels/cuda/graph.h"
+
+namespace ember::cuda {
+class Timeline;  // kernels/cuda/timeline.h
+}
 
 namespace ember::jit {
 
@@ -172,7 +177,7 @@ class Executor {
   std::vector<StoragePtr> static_fresh_;
   std::vector<StoragePtr> out_copies_;
   // Returned scalars (a loss) that the graphs also copy to pinned host memory right after the
-  // step writing them, so item() need not wait for the rest of the replay (cuda::read_early).
+  // step writing them, so item() need not wait for the rest of the replay (cuda::EarlyRead).
   struct EarlyOut {
     size_t fresh = 0;        // index into fresh_roots_
     int32_t after_step = 0;  // the last step writing it
