@@ -217,6 +217,12 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
     }
     unbind_args();
     graphs_.clear();
+    // Plain replays run from now on: their random steps must draw from the generator again,
+    // not read a key from rng_state_, which only a graph launch writes.
+    if (rng_state_.defined()) {
+      steps_.use_rng_state(nullptr);
+      rng_state_ = Tensor();
+    }
     throw;
   }
   unbind_args();

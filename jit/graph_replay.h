@@ -42,7 +42,8 @@ class GraphReplay final : private StepHooks {
   // The graph captured for these arguments' addresses, moved to the front; null if none is.
   // No allocation: a linear search over at most kMaxBoundGraphs keys.
   Bound* find(std::span<const Tensor> args);
-  // Captures a graph for these arguments. A capture that fails throws, keeping none.
+  // Captures a graph for these arguments. A capture that fails throws, keeping none, and
+  // leaves the steps ready for plain replays.
   Bound& capture(std::span<const Tensor> args);
   // Launches `bg` for this call: points its copies at the call's memory, applies the effects
   // and returns fresh tensors (nothing a later replay overwrites).

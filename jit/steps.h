@@ -64,7 +64,8 @@ class StepList {
   // EMBER_LOGS=perf: the device time of every step of one replay, the steps queued behind a
   // hold so they run back to back (what a CUDA graph of this replay approaches).
   void run_profiled(int device);
-  // Random steps read their key and base counter from `state` (device memory) from now on.
+  // Random steps read their key and base counter from `state` (device memory) from now on;
+  // null: from the generator again, at each run.
   void use_rng_state(const uint64_t* state);
 
   const std::vector<Step>& steps() const { return steps_; }
