@@ -94,18 +94,12 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
   } else {
     const OutputMeta m = infer_meta(op, inputs, attrs);
     if (kind == OpKind::MultiTensor) {
-      // Updates its inputs in place (parameters, momentum buffers, the step counter when
-      // attrs.increment_step); no output.
+      // Updates some of its inputs in place and has no output: its layout says which.
       EMBER_CHECK(!out, op_name(op), ": writes its inputs in place; it takes no output");
-      const int64_t n = attrs.num_tensors;
-      if (g_inplace_check) {
-        for (int64_t i = 0; i < n; ++i) g_inplace_check(op, inputs, inputs[2 + i]);
-        if (attrs.increment_step) g_inplace_check(op, inputs, inputs[1]);
-      }
-      for (int64_t i = 0; i < n; ++i) ++inputs[2 + i].impl()->storage->version;
-      if (attrs.momentum_buffers)
-        for (int64_t i = 0; i < n; ++i) ++inputs[2 + 2 * n + i].impl()->storage->version;
-      if (attrs.increment_step) ++inputs[1].impl()->storage->version;
+      const MultiTensorLayout layout = MultiTensorLayout::of(attrs);
+      if (g_inplace_check)
+        layout.for_each_written([&](size_t i) { g_inplace_check(op, inputs, inputs[i]); });
+      layout.for_each_written([&](size_t i) { ++inputs[i].impl()->storage->version; });
       run_kernel({op, inputs, attrs, result}, m.device);
     } else if (kind == OpKind::View) {
       EMBER_CHECK(!out, op_name(op), ": a view op cannot write into an output");

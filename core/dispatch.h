@@ -30,6 +30,36 @@ inline Tensor dispatch(OpId op, std::initializer_list<Tensor> inputs, const Attr
   return dispatch(op, std::span<const Tensor>(inputs.begin(), inputs.size()), attrs, out);
 }
 
+// The inputs of a multi-tensor update (OpKind::MultiTensor), from its attrs:
+// [hyperparameters, step, params[n], grads[n], then n per optimizer state group]. The update
+// writes the parameters and every state group in place, and the step with attrs.increment_step.
+// It has no output, so this is how dispatch (version bumps, autograd's in-place check) and
+// executors know what it writes.
+struct MultiTensorLayout {
+  int64_t n = 0;             // parameters
+  int32_t state_groups = 0;  // state tensors per parameter (SGD's momentum buffer: one)
+  bool writes_step = false;
+
+  static MultiTensorLayout of(const Attrs& a) {
+    return {a.num_tensors, a.momentum_buffers ? 1 : 0, a.increment_step};
+  }
+  static constexpr size_t kHyper = 0, kStep = 1;
+  size_t param(int64_t i) const { return static_cast<size_t>(2 + i); }
+  size_t grad(int64_t i) const { return static_cast<size_t>(2 + n + i); }
+  size_t state(int32_t group, int64_t i) const {
+    return static_cast<size_t>(2 + (2 + group) * n + i);
+  }
+  size_t inputs() const { return static_cast<size_t>(2 + (2 + state_groups) * n); }
+  // Calls f(index) for every input the update writes.
+  template <class F>
+  void for_each_written(F&& f) const {
+    for (int64_t i = 0; i < n; ++i) f(param(i));
+    for (int32_t g = 0; g < state_groups; ++g)
+      for (int64_t i = 0; i < n; ++i) f(state(g, i));
+    if (writes_step) f(kStep);
+  }
+};
+
 // Observers of dispatched ops, for layers above core (autograd, the JIT's tracer). Core calls
 // them after the kernel ran; they are plain function pointers so an unobserved op pays one
 // predictable branch.
@@ -77,8 +107,8 @@ void set_autograd_inplace_check(InplaceCheck fn);
 //    CUDA with attrs.rng_state set: seed = rng_state[0], first counter rng_state[1] + offset):
 //    rand -> uniform (rounded below 1 in the dtype), randn -> normal, randint -> integer in
 //    [attrs.lo, attrs.hi).
-//  MultiTensor (sgd_update): `out` is undefined; the kernel updates its inputs in place (layout
-//    in core/op.h's Attrs and optim/sgd.h); route by the inputs' device. With
+//  MultiTensor (sgd_update): `out` is undefined; the kernel updates its inputs in place (layout:
+//    MultiTensorLayout above; the update rule: optim/sgd.h); route by the inputs' device. With
 //    attrs.increment_step it also adds 1 to the step scalar, after every read of it (each
 //    element sees the old value; on CUDA, once every block of the last launch has read it).
 //  View and Transfer ops never reach a kernel.

@@ -86,10 +86,10 @@ void read_one(const Tensor& t, void* dst) {
     std::memcpy(dst, t.raw_data(), t.element_size());
     return;
   }
-  // A CUDA-graph replay's loss: its pinned copy, written as soon as the loss was computed.
-  Storage& st = *t.impl()->storage;
-  if (st.early && t.impl()->offset == 0 && st.version == st.early_version &&
-      cuda::read_early(*st.early, st.early_seq, dst, static_cast<size_t>(t.element_size())))
+  const Storage& st = *t.impl()->storage;
+  const PendingHostRead& p = st.pending_read;
+  if (p.source && t.impl()->offset == 0 && st.version == p.version &&
+      p.source->read(p.tag, dst, static_cast<size_t>(t.element_size())))
     return;
   cuda::copy_device_to_host(dst, t.raw_data(), t.element_size(), t.device().index);
 }

@@ -4,6 +4,9 @@
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "kernels/cuda/early_read.h"
+#include "kernels/cuda/graph.h"
+#include "kernels/cuda/timeline.h"
 
 namespace ember {
 namespace {
@@ -37,11 +40,10 @@ void prepare_capture_branches(int, int, int) { no_cuda("cuda::prepare_capture_br
 void use_capture_branch(int, int) { no_cuda("cuda::use_capture_branch"); }
 void capture_signal(int, int, int) { no_cuda("cuda::capture_signal"); }
 void capture_wait(int, int, int) { no_cuda("cuda::capture_wait"); }
-struct EarlyRead {};
-std::shared_ptr<EarlyRead> make_early_read(size_t, int) { no_cuda("cuda::make_early_read"); }
-void capture_early_read(EarlyRead&, const void*, int) { no_cuda("cuda::capture_early_read"); }
-uint64_t note_early_launch(EarlyRead&) { no_cuda("cuda::note_early_launch"); }
-bool read_early(EarlyRead&, uint64_t, void*, size_t) { return false; }
+std::shared_ptr<EarlyRead> EarlyRead::make(size_t, int) { no_cuda("cuda::EarlyRead"); }
+EarlyRead::~EarlyRead() = default;
+void EarlyRead::capture(const void*) { no_cuda("cuda::EarlyRead::capture"); }
+bool EarlyRead::read(uint64_t, void*, size_t) { return false; }
 int64_t early_reads_served() { return 0; }
 struct Timeline::Impl {};
 Timeline::Timeline(int, int) { no_cuda("cuda::Timeline"); }

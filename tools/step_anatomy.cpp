@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/timeline.h"
 #include "optim/sgd.h"
 
 using namespace ember;

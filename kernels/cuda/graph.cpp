@@ -1,4 +1,4 @@
-// CUDA-graph capture and replay of everything queued on Ember's stream (core/cuda_runtime.h).
+// CUDA-graph capture and replay of everything queued on Ember's stream (kernels/cuda/graph.h).
 // Thread-local capture mode: another thread's unrelated CUDA calls neither join nor break it.
 #include <cuda_runtime.h>
 
@@ -7,10 +7,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "kernels/cuda/early_read.h"
+#include "kernels/cuda/graph.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/side_branch.h"
 
 namespace ember::cuda {
 

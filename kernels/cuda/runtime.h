@@ -54,7 +54,7 @@ class DeviceGuard {
 // call of that device goes here, which is what lets the caching allocator reuse a freed block
 // at once.
 cudaStream_t stream(int dev);
-// While a CUDA graph is captured with concurrent branches (core/cuda_runtime.h,
+// While a CUDA graph is captured with concurrent branches (kernels/cuda/graph.h,
 // use_capture_branch), stream(dev) answers this thread's branch stream instead; null restores it.
 void set_launch_stream(int dev, cudaStream_t s);
 int sm_count(int dev);  // multiprocessors, for sizing grids

@@ -1,10 +1,10 @@
-// cuda::Timeline (core/cuda_runtime.h): events between the parts of a queued sequence, behind a
+// cuda::Timeline (kernels/cuda/timeline.h): events between the parts of a queued sequence, behind a
 // kernel that holds the stream so the parts run back to back and the events time the device.
 #include <chrono>
 
-#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/timeline.h"
 
 namespace ember::cuda {
 namespace {

@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "jit/compile.h"
 #include "jit/log.h"
+#include "kernels/cuda/early_read.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "nn/loss.h"

@@ -8,6 +8,7 @@
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "kernels/cuda/timeline.h"
 #include "test_util.h"
 
 using Catch::Matchers::Contains;

@@ -1,0 +1,24 @@
+#pragma once
+// Which steps of a captured CUDA graph may run side by side (jit/capture_branches.cpp).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "jit/graph.h"
+#include "jit/steps.h"
+
+namespace ember::jit {
+
+struct BranchPlan {
+  static constexpr int kSideBranches = 2;
+  std::vector<int8_t> branch;               // per step: 0 the main stream, else a side branch
+  std::vector<std::vector<int32_t>> waits;  // per step: the steps whose events it waits for
+  std::vector<char> signals;                // per step: whether a later step waits for it
+  int32_t sides = 0;                        // side branches the plan uses (0: one stream)
+};
+
+// From the address ranges the slots hold now (as bound for the capture about to be made).
+BranchPlan plan_branches(const Graph& g, const StepList& steps,
+                         const std::vector<std::shared_ptr<TensorImpl>>& slots);
+
+}  // namespace ember::jit

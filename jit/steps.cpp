@@ -1,0 +1,238 @@
+#include "jit/steps.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/dispatch.h"
+#include "core/generator.h"
+#include "core/philox.h"
+#include "jit/cpu_group.h"
+#include "jit/log.h"
+#include "jit/lower.h"
+#include "kernels/cuda/timeline.h"
+
+namespace ember::jit {
+
+StepList::StepList() = default;
+StepList::~StepList() = default;
+
+void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind,
+                     const std::vector<GroupStorage>& storage, bool cuda) {
+  g_ = &g;
+  const std::vector<std::shared_ptr<TensorImpl>>& slots = bind.slots;
+  lowered_.resize(g.groups.size());
+  if (cuda)
+    for (size_t i = 0; i < g.groups.size(); ++i)
+      if (storage[i] != GroupStorage::Materialize || cuda_lowering_storage(g, g.groups[i]))
+        lowered_[i] = lower_cuda_group({g, g.groups[i], slots, plan});
+  // The step that runs each node: a group's members run in the step pushed at its last member.
+  node_step_.assign(g.nodes.size(), -1);
+  auto covered = [&](size_t ni, bool whole_group) {
+    const auto idx = static_cast<int32_t>(steps_.size()) - 1;
+    const int32_t gi = g.nodes[ni].group;
+    if (whole_group && gi >= 0)
+      for (int32_t m : g.groups[gi].nodes) node_step_[m] = idx;
+    node_step_[ni] = idx;
+  };
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    const OpKind kind = op_info(n.op).kind;
+    // A CPU pointwise or pointwise+reduction group runs chunked, once, at its last member.
+    // A GEMM epilogue: the GEMM runs as itself, its pointwise tail chunked like a pointwise group.
+    if (!cuda && n.group >= 0) {
+      const Group& grp = g.groups[n.group];
+      const bool epilogue = grp.kind == GroupKind::GemmEpilogue && grp.nodes.size() > 1 &&
+                            static_cast<size_t>(grp.nodes.front()) != ni;
+      if (grp.kind == GroupKind::Pointwise || grp.kind == GroupKind::Reduction || epilogue) {
+        if (static_cast<size_t>(grp.nodes.back()) != ni) continue;
+        const Group chunked = epilogue ? sub_group(g, grp, 1) : grp;
+        Step s;
+        s.kind = StepKind::CpuGroup;
+        s.cpu_group = static_cast<int32_t>(cpu_groups_.size());
+        cpu_groups_.push_back(std::make_unique<CpuGroupRunner>(g, chunked, slots, plan));
+        kernels_ += cpu_groups_.back()->kernel_calls_per_run();
+        steps_.push_back(std::move(s));
+        covered(ni, true);
+        continue;
+      }
+    }
+    if (kind == OpKind::View) continue;  // prebuilt
+    // A GEMM outside any group still goes through the GEMM lowering (MaxAutotune times it).
+    if (cuda && n.group < 0 && op_info(n.op).kind == OpKind::Matmul) {
+      auto solo = std::make_unique<Group>();
+      solo->kind = GroupKind::GemmEpilogue;
+      solo->nodes = {static_cast<int32_t>(ni)};
+      solo->inputs = n.inputs;
+      solo->outputs = {n.out};
+      if (auto low = lower_cuda_group({g, *solo, slots, plan})) {
+        Step s;
+        s.kind = StepKind::Lowered;
+        s.cpu_group = static_cast<int32_t>(lowered_.size());
+        kernels_ += low->kernels();
+        lowered_.push_back(std::move(low));
+        solo_groups_.push_back(std::move(solo));
+        steps_.push_back(std::move(s));
+        covered(ni, false);
+        continue;
+      }
+    }
+    if (cuda && n.group >= 0 && lowered_[n.group]) {
+      if (static_cast<size_t>(g.groups[n.group].nodes.back()) != ni) continue;
+      Step s;
+      s.kind = StepKind::Lowered;
+      s.cpu_group = n.group;
+      kernels_ += lowered_[n.group]->kernels();
+      steps_.push_back(std::move(s));
+      covered(ni, true);
+      continue;
+    }
+    Step s;
+    s.op = n.op;
+    s.attrs = n.attrs;
+    for (ValueId in : n.inputs) s.args.push_back(bind.slot_tensor(in));
+    if (n.out != kNoValue) {
+      s.out = bind.slot_tensor(n.out);
+      s.device = g.values[n.out].device;
+    } else {  // a multi-tensor update runs where its parameters live
+      s.device = g.values[n.inputs[MultiTensorLayout::of(n.attrs).param(0)]].device;
+    }
+    if (kind == OpKind::Random) {
+      s.kind = StepKind::Random;
+      s.rng_delta = n.attrs.offset;
+      rng_counters_ = std::max(
+          rng_counters_,
+          n.attrs.offset + philox::counters_for(static_cast<uint64_t>(g.values[n.out].numel())));
+    } else if (kind == OpKind::Transfer) {
+      s.kind = StepKind::Transfer;
+    } else if (kind == OpKind::MultiTensor) {
+      s.kind = StepKind::Update;
+    }
+    // Every tensor a kernel touches must have memory by now (inputs are bound per call, fresh
+    // outputs allocated per call); anything else is a planning bug, caught here, not in a kernel.
+    auto placed = [&](ValueId v) {
+      const ValueId r = g.values[v].root;
+      return slots[v]->storage != nullptr || g.values[r].kind == ValueKind::Input ||
+             plan.fresh[r] || g.values[v].numel() == 0;
+    };
+    for (ValueId in : n.inputs)
+      EMBER_CHECK(placed(in), "jit executor: value %", in, " read by ", op_name(n.op),
+                  " has no memory (internal error)");
+    EMBER_CHECK(n.out == kNoValue || placed(n.out), "jit executor: output %", n.out, " of ",
+                op_name(n.op), " has no memory (internal error)");
+    ++kernels_;
+    steps_.push_back(std::move(s));
+    covered(ni, false);
+  }
+}
+
+void StepList::use_rng_state(const uint64_t* state) {
+  for (Step& s : steps_)
+    if (s.kind == StepKind::Random) {
+      s.attrs.rng_state = state;
+      s.attrs.seed = 0;
+      s.attrs.offset = s.rng_delta;
+    }
+}
+
+bool StepList::self_contained(size_t i) const {
+  const Step& s = steps_[i];
+  return s.kind == StepKind::Lowered && lowered_[s.cpu_group] &&
+         lowered_[s.cpu_group]->self_contained();
+}
+
+void StepList::run(StepHooks* capture, cuda::Timeline* timeline) {
+  uint64_t rng_base = 0, rng_seed = 0;
+  // A capture only records: its random kernels read the key from device memory at each
+  // launch, and the generator advances then, not now.
+  if (rng_counters_ > 0 && !capture) {
+    Generator& gen = default_generator();
+    rng_seed = gen.seed();
+    rng_base = gen.advance(rng_counters_);
+  }
+  if (timeline) {
+    timeline->hold(100.0);  // longer than queuing every step takes, see held_through()
+    timeline->mark(0);
+  }
+  if (capture) capture->before_steps();
+  const auto n = static_cast<int32_t>(steps_.size());
+  for (int32_t i = 0; i < n; ++i) {
+    Step& s = steps_[i];
+    if (timeline && i > 0) timeline->mark(i);
+    if (capture) capture->before_step(i);
+    switch (s.kind) {
+      case StepKind::Kernel:
+      case StepKind::Update:
+        run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
+        break;
+      case StepKind::Random:
+        if (s.attrs.rng_state == nullptr) {
+          s.attrs.seed = rng_seed;
+          s.attrs.offset = rng_base + s.rng_delta;
+        }
+        run_kernel({s.op, s.args, s.attrs, s.out}, s.device);
+        break;
+      case StepKind::Transfer:
+        run_transfer(s.args[0], s.out);
+        break;
+      case StepKind::CpuGroup:
+        cpu_groups_[s.cpu_group]->run();
+        break;
+      case StepKind::Lowered:
+        lowered_[s.cpu_group]->run();
+        break;
+    }
+    if (capture) capture->after_step(i);
+  }
+  if (capture) capture->after_steps();
+  if (timeline) timeline->mark(n);
+}
+
+std::string StepList::step_name(const Step& s) const {
+  std::ostringstream os;
+  switch (s.kind) {
+    case StepKind::Lowered:
+      os << lowered_[s.cpu_group]->describe();
+      break;
+    case StepKind::CpuGroup:
+      os << "cpu group " << s.cpu_group;
+      break;
+    default:
+      os << (s.kind == StepKind::Transfer ? std::string_view("transfer") : op_name(s.op));
+      if (s.out.defined()) os << " -> " << s.out.sizes().str();
+      break;
+  }
+  std::string line = os.str();
+  if (line.size() > 110) line = line.substr(0, 107) + "...";
+  return line;
+}
+
+void StepList::run_profiled(int device) {
+  cuda::Timeline timeline(device, static_cast<int>(steps_.size()) + 1);
+  run(nullptr, &timeline);
+  const std::vector<double> us = timeline.elapsed_us();
+  double total = 0;
+  for (double u : us) total += u;
+  std::ostringstream os;
+  os << "device time per step of one replay, back to back (the host queued them in "
+     << timeline.queued_us() << " us)"
+     << (timeline.held_through() ? "" : " (the host fell behind the hold: gaps included)") << ": "
+     << total << " us in " << steps_.size() << " steps";
+  for (size_t i = 0; i < steps_.size(); ++i)
+    os << "\n  " << i << ": " << us[i + 1] << " us  " << step_name(steps_[i]);
+  log(Log::perf, os.str());
+}
+
+std::vector<std::string> StepList::lowerings() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < lowered_.size(); ++i) {
+    if (!lowered_[i]) continue;
+    if (i < g_->groups.size())
+      out.push_back("group " + std::to_string(i) + " (" + group_kind_name(g_->groups[i].kind) +
+                    "): " + lowered_[i]->describe());
+    else
+      out.push_back("gemm: " + lowered_[i]->describe());
+  }
+  return out;
+}
+
+}  // namespace ember::jit
