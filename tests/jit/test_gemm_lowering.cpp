@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -1129,11 +1130,12 @@ TEST_CASE("gemm and cross-entropy lowerings: a compiled MLP step matches eager f
       // net, M N K = 1.6e6) or cuBLASLt (wide, 4.1e7 > 2^25); layer 2 [B,hidden]x[hidden,10]
       // + bias to small-N (N = 10). A trace may be lowered more than once (a step can need two
       // traces), so these count at least one line, never a particular number.
-      const std::string l1 = "[" + std::to_string(size.batch) + ", " + std::to_string(size.in) +
-                             "]x[" + std::to_string(size.in) + ", " + std::to_string(size.hidden) +
-                             "] + RELU_BIAS";
-      const std::string l2 = "[" + std::to_string(size.batch) + ", " + std::to_string(size.hidden) +
-                             "]x[" + std::to_string(size.hidden) + ", 10] + BIAS";
+      // (A stream, not "[" + std::to_string(...): GCC 12 -O3 warns (-Wrestrict) on that.)
+      std::ostringstream l1s, l2s;
+      l1s << "[" << size.batch << ", " << size.in << "]x[" << size.in << ", " << size.hidden
+          << "] + RELU_BIAS";
+      l2s << "[" << size.batch << ", " << size.hidden << "]x[" << size.hidden << ", 10] + BIAS";
+      const std::string l1 = l1s.str(), l2 = l2s.str();
       CHECK(count({wide ? "gemm lowering: cuBLASLt mm " : "gemm lowering: tiled kernel mm ", l1}) >=
             1);
       CHECK(count({"gemm lowering: small-N kernel mm ", l2}) >= 1);
