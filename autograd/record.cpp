@@ -1,6 +1,7 @@
 // Recording: core's dispatch calls these after each op (and before each in-place write) once
 // autograd is installed. An op whose inputs need gradients gets an OpNode as its grad_fn.
 #include <mutex>
+#include <string>
 
 #include "autograd/formulas.h"
 #include "autograd/grad_mode.h"
@@ -9,6 +10,12 @@
 
 namespace ember::autograd {
 namespace {
+
+// The in-place method a refusal names: the one the user called. copy_ writes through the cast
+// op, so its errors would otherwise say "cast_".
+std::string inplace_name(OpId op) {
+  return op == OpId::cast ? std::string("copy_") : std::string(op_name(op)) + "_";
+}
 
 bool requires_grad(const Tensor& t) {
   const AutogradMeta* m = t.impl()->autograd.get();
@@ -30,16 +37,16 @@ void check_inplace(OpId op, std::span<const Tensor> inputs, const Tensor& out) {
   for (size_t i = 0; i < inputs.size(); ++i) any |= (need[i] = requires_grad(inputs[i]));
   const AutogradMeta* m = out.impl()->autograd.get();
   if (m && m->requires_grad) {
-    EMBER_CHECK(m->grad_fn != nullptr, op_name(op),
-                "_: a leaf tensor that requires grad cannot be modified in place while grad "
+    EMBER_CHECK(m->grad_fn != nullptr, inplace_name(op),
+                ": a leaf tensor that requires grad cannot be modified in place while grad "
                 "mode is on (wrap the update in NoGradGuard)");
-    EMBER_CHECK(!m->is_view, op_name(op),
-                "_: in-place writes to a view of a tensor that requires grad are not supported; "
+    EMBER_CHECK(!m->is_view, inplace_name(op),
+                ": in-place writes to a view of a tensor that requires grad are not supported; "
                 "write to a copy (clone) instead");
   }
   if (!any || !is_differentiable(op)) return;
-  EMBER_CHECK(!out.impl()->is_view || (m && m->requires_grad), op_name(op),
-              "_: writing a value that requires grad into a view is not supported (the base "
+  EMBER_CHECK(!out.impl()->is_view || (m && m->requires_grad), inplace_name(op),
+              ": writing a value that requires grad into a view is not supported (the base "
               "tensor would not see the gradient); build the result out of place instead");
   const SavePlan plan = save_plan(op, need);
   for (size_t i = 0; i < inputs.size() && i < 3; ++i) {

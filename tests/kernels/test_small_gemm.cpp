@@ -3,14 +3,18 @@
 //  - the host rule picking a kernel (runs everywhere, no GPU needed);
 //  - eager mm on the GPU against a float64 product computed here with plain loops, over the
 //    seed MLP's shapes and odd ones, row-major / transposed / strided operands, both dtypes;
-//  - small_gemm with BIAS / RELU_BIAS against eager add(mm) / relu(add(mm)) bit for bit (eager
-//    mm takes the same kernel; the epilogue must round like eager's add and relu), a NaN in A
-//    included; the lowered Linear group likewise;
+//  - small_gemm with BIAS / RELU_BIAS against the float64 reference, and against eager
+//    add(mm) / relu(add(mm)) bit for bit (the epilogue must round like eager's add and relu; that
+//    comparison alone would prove nothing about the product, since eager mm takes the same
+//    kernel), a NaN in A included; the lowered Linear group likewise;
 //  - bad calls throw ember::Error before anything is queued.
 //
 // Tolerance against the float64 reference: |got - ref| <= rtol |ref| + K eps sum_k |a_ik b_kj|,
 // the classical bound for K products summed in any order with one rounding each (eps of the
-// dtype), plus rtol = 1e-5 (float32) / 1e-12 (float64) for the final rounding.
+// dtype), plus rtol = 1e-5 (float32) / 1e-12 (float64) for the final rounding and the bias
+// add's one rounding (relu moves no value further from the reference: |relu(x) - relu(y)| <=
+// |x - y|). A NaN in the reference (a NaN operand) must be a NaN in the result.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -200,33 +204,53 @@ std::vector<double> rounded(const std::vector<double>& v, DType t) {
   return r;
 }
 
+// got = relu?(A B + bias) for row-major float64 A [M,K], B [K,N] (the values the operands hold)
+// and an optional bias [N], against the float64 result of plain loops.
 void check_against_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t M,
                              int64_t K, int64_t N, DType t, const Tensor& got,
-                             const std::string& what) {
+                             const std::string& what, const std::vector<double>* bias = nullptr,
+                             bool relu_on = false) {
   INFO(what);
   REQUIRE(got.sizes() == Shape{M, N});
   REQUIRE(got.dtype() == t);
+  if (bias) REQUIRE(bias->size() == static_cast<size_t>(N));
   const std::vector<double> g = host(got);
   const double eps = t == kFloat64 ? std::numeric_limits<double>::epsilon()
                                    : std::numeric_limits<float>::epsilon();
   const double rtol = t == kFloat64 ? 1e-12 : 1e-5;
   int64_t bad = 0, worst_at = -1;
   double worst = -1, want_at = 0;
-  for (int64_t i = 0; i < M; ++i)
+  std::vector<double> sum(N), mag(N);
+  for (int64_t i = 0; i < M; ++i) {
+    // Row i: sum_k a_ik b_kj and sum_k |a_ik b_kj| for every j (k outer: B read row by row).
+    std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(mag.begin(), mag.end(), 0.0);
+    for (int64_t k = 0; k < K; ++k) {
+      const double x = a[i * K + k];
+      const double* bk = b.data() + k * N;
+      for (int64_t j = 0; j < N; ++j) {
+        sum[j] += x * bk[j];
+        mag[j] += std::fabs(x * bk[j]);
+      }
+    }
     for (int64_t j = 0; j < N; ++j) {
-      double s = 0, mag = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        s += a[i * K + k] * b[k * N + j];
-        mag += std::fabs(a[i * K + k] * b[k * N + j]);
+      double s = sum[j];
+      if (bias) s += (*bias)[j];
+      if (relu_on && s < 0) s = 0;
+      if (std::isnan(s)) {  // a NaN operand: NaN out (relu passes it)
+        if (!std::isnan(g[i * N + j])) ++bad;
+        continue;
       }
       const double err = std::fabs(g[i * N + j] - s);
-      const double tol = rtol * std::fabs(s) + static_cast<double>(K) * eps * mag + 1e-300;
+      const double tol = rtol * std::fabs(s) + static_cast<double>(K) * eps * mag[j] + 1e-300;
       const double ratio = std::isnan(err) ? INFINITY : err / tol;
       if (!(err <= tol)) ++bad;
       if (ratio > worst) worst = ratio, worst_at = i * N + j, want_at = s;
     }
-  INFO("worst error / tolerance " << worst << " at " << worst_at << ": got " << g[worst_at]
-                                  << ", want " << want_at);
+  }
+  INFO("worst error / tolerance " << worst << " at " << worst_at << ": got "
+                                  << (worst_at >= 0 ? g[worst_at] : std::nan("")) << ", want "
+                                  << want_at);
   CHECK(bad == 0);
 }
 
@@ -327,7 +351,7 @@ TEST_CASE("eager mm on small shapes matches a float64 product", "[kernels][cuda]
     }
 }
 
-TEST_CASE("small_gemm BIAS and RELU_BIAS equal eager add(mm) and relu(add(mm)) bit for bit",
+TEST_CASE("small_gemm BIAS and RELU_BIAS match a float64 reference and eager add/relu bit for bit",
           "[kernels][cuda]") {
   EMBER_REQUIRE_CUDA();
   manual_seed(52);
@@ -345,8 +369,9 @@ TEST_CASE("small_gemm BIAS and RELU_BIAS equal eager add(mm) and relu(add(mm)) b
             const kc::GemmMatrix ma = matrix_of(a), mb = matrix_of(b);
             if (kc::small_gemm_kind(t, ma, mb) == kc::SmallGemmKind::None) continue;
             // Biases of both signs, so relu zeroes some outputs and keeps others.
-            const Tensor bias =
-                from_vector(random_values(s.n, -0.5, 0.5), {s.n}, TensorOptions(t).device(kDev));
+            const std::vector<double> vbias = rounded(random_values(s.n, -0.5, 0.5), t);
+            const Tensor bias = from_vector(vbias, {s.n}, TensorOptions(t).device(kDev));
+            const std::vector<double> ra = rounded(va, t), rb = rounded(vb, t);
             const Tensor biased = add(mm(a, b), bias);
             const Tensor act = relu(biased);
             for (bool r : {false, true}) {
@@ -362,6 +387,7 @@ TEST_CASE("small_gemm BIAS and RELU_BIAS equal eager add(mm) and relu(add(mm)) b
               c.epilogue = r ? kc::GemmEpilogue::ReluBias : kc::GemmEpilogue::Bias;
               c.bias = bias.raw_data();
               kc::small_gemm(c);
+              check_against_reference(ra, rb, s.m, s.k, s.n, t, d, what, &vbias, r);
               check_bits(d, r ? act : biased, what);
               if (with_nan && r) {  // relu passes the NaN row through
                 const std::vector<double> h = host(d);
@@ -411,7 +437,7 @@ std::vector<std::shared_ptr<TensorImpl>> make_slots(const jit::Graph& g,
 
 }  // namespace
 
-TEST_CASE("lower_gemm_cuda runs a small Linear as the small kernel, equal to eager bit for bit",
+TEST_CASE("lower_gemm_cuda runs a small Linear as the small kernel, correct and equal to eager",
           "[kernels][jit][cuda]") {
   EMBER_REQUIRE_CUDA();
   manual_seed(53);
@@ -458,8 +484,12 @@ TEST_CASE("lower_gemm_cuda runs a small Linear as the small kernel, equal to eag
         CHECK(describe.find("cuBLASLt") == std::string::npos);
         CHECK(describe.find(relu_on ? "RELU_BIAS" : "BIAS") != std::string::npos);
         CHECK_FALSE(jit::gemm_autotune_info(*low)->tuned);  // nothing to tune
+        const Tensor got = Tensor(slots[out]);
+        const std::vector<double> hb = host(b);
+        check_against_reference(host(x2), host(w.t()), s.m, s.k, s.n, kFloat32, got,
+                                "lowered linear", &hb, relu_on);
         const Tensor biased = add(mm(x2, w.t()), b);
-        check_bits(Tensor(slots[out]), relu_on ? relu(biased) : biased, "lowered linear");
+        check_bits(got, relu_on ? relu(biased) : biased, "lowered linear (eager's bits)");
       }
 }
 
@@ -480,6 +510,11 @@ TEST_CASE("small GEMMs: rows give the same bits whatever the batch (kernel chose
     const Tensor d_o = randn({m, 10}, dev), h = randn({m, 512}, dev);
     const Tensor head_do = d_o.narrow(0, 0, 1000).contiguous();
     const Tensor head_h = h.narrow(0, 0, 1000).contiguous();
+    // The 1000-row products are the reference rows: first checked against float64 themselves.
+    check_against_reference(host(head_do), host(w2), 1000, 10, 512, kFloat32, mm(head_do, w2),
+                            "small-K, 1000 rows");
+    check_against_reference(host(head_h), host(w2.t()), 1000, 512, 10, kFloat32, mm(head_h, w2.t()),
+                            "small-N, 1000 rows");
     check_bits(mm(d_o, w2).narrow(0, 0, 1000), mm(head_do, w2), "small-K");
     check_bits(relu(add(mm(d_o, w2), b2)).narrow(0, 0, 1000), relu(add(mm(head_do, w2), b2)),
                "small-K, bias and relu (eager)");
