@@ -1,5 +1,7 @@
-// Backward formulas, one case per differentiable op of core/ops.def. Each is written with
-// public ops (so a traced backward is ordinary graph nodes) and reads only what save_plan kept.
+// Backward formulas, one case per op of core/ops.yaml with `backward: formula`. Each is written
+// with public ops (so a traced backward is ordinary graph nodes) and reads only what the row's
+// save rules kept. Rows with a `grad` expression need no case: their generated <op>_backward
+// row is dispatched on (g, x) or (g, y).
 #include "autograd/formulas.h"
 
 #include <algorithm>
@@ -10,88 +12,28 @@
 
 namespace ember::autograd {
 
-bool is_differentiable(OpId op) {
-  switch (op) {
-    case OpId::eq:
-    case OpId::ne:
-    case OpId::lt:
-    case OpId::le:
-    case OpId::gt:
-    case OpId::ge:
-    case OpId::argmax:
-    case OpId::one_hot:
-    case OpId::arange:
-    case OpId::rand:
-    case OpId::randn:
-    case OpId::randint:
-    case OpId::fill:
-    case OpId::gelu_backward:  // second derivatives are not supported
-    case OpId::cross_entropy_backward:
-    case OpId::sgd_update:
-      return false;
-    default:
-      return true;
-  }
-}
+bool is_differentiable(OpId op) { return op_info(op).differentiable; }
 
 SavePlan save_plan(OpId op, const std::vector<bool>& need) {
+  auto kept = [&](SaveWhen w) {
+    switch (w) {
+      case SaveWhen::Never:
+        return false;
+      case SaveWhen::Always:
+        return true;
+      case SaveWhen::IfNeed0:
+      case SaveWhen::IfNeed1:
+      case SaveWhen::IfNeed2: {
+        const size_t i = static_cast<size_t>(w) - static_cast<size_t>(SaveWhen::IfNeed0);
+        return i < need.size() && need[i];
+      }
+    }
+    return false;
+  };
+  const OpInfo& info = op_info(op);
   SavePlan p;
-  auto n = [&](size_t i) { return i < need.size() && need[i]; };
-  switch (op) {
-    case OpId::abs:
-    case OpId::log:
-    case OpId::gelu:
-    case OpId::clamp:
-      p.input[0] = true;
-      break;
-    case OpId::relu:
-    case OpId::exp:
-    case OpId::sqrt:
-    case OpId::rsqrt:
-    case OpId::sigmoid:
-    case OpId::tanh:
-    case OpId::softmax:
-    case OpId::log_softmax:
-      p.output = true;
-      break;
-    case OpId::mul:
-    case OpId::mm:
-    case OpId::bmm:
-      p.input[0] = n(1);  // d/db needs a, d/da needs b
-      p.input[1] = n(0);
-      break;
-    case OpId::div:
-      p.input[0] = n(1);
-      p.input[1] = true;
-      break;
-    case OpId::pow:
-      p.input[0] = p.input[1] = true;
-      p.output = n(1);
-      break;
-    case OpId::maximum:
-    case OpId::minimum:
-      p.input[0] = p.input[1] = true;
-      break;
-    case OpId::where:
-      p.input[0] = true;
-      break;
-    case OpId::amax:
-    case OpId::amin:
-    case OpId::logsumexp:
-      p.input[0] = true;
-      p.output = true;
-      break;
-    case OpId::cross_entropy:
-      p.input[0] = p.input[1] = true;
-      break;
-    case OpId::gather:
-    case OpId::index_select:
-    case OpId::scatter_add:
-      p.input[1] = true;
-      break;
-    default:
-      break;
-  }
+  for (int i = 0; i < 3; ++i) p.input[i] = kept(info.save[i]);
+  p.output = kept(info.save[3]);
   return p;
 }
 
@@ -135,6 +77,11 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
   auto shape = [&](size_t i) -> const Shape& { return n.inputs[i].shape; };
   const Attrs& a = n.attrs;
 
+  if (const OpInfo& info = op_info(n.op); info.has_grad_op) {
+    const bool reads_out = info.save[3] != SaveWhen::Never;
+    r[0] = dispatch(info.grad_op, {g, reads_out ? out(n) : in(n, 0)}, a);
+    return r;
+  }
   switch (n.op) {
     case OpId::neg:
       r[0] = neg(g);

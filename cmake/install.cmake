@@ -24,7 +24,11 @@ install(TARGETS ember EXPORT emberTargets
 install(FILES include/ember/ember.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ember)
 install(DIRECTORY core autograd nn optim jit kernels
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ember
-  FILES_MATCHING PATTERN "*.h" PATTERN "*.def" PATTERN "*.cuh")
+  FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh")
+# The headers generated from core/ops.yaml, which the public headers include.
+install(DIRECTORY ${EMBER_GEN_DIR}/core ${EMBER_GEN_DIR}/kernels ${EMBER_GEN_DIR}/nn
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ember
+  FILES_MATCHING PATTERN "*.h")
 
 install(EXPORT emberTargets NAMESPACE ember:: DESTINATION ${EMBER_INSTALL_CMAKEDIR})
 configure_package_config_file(cmake/emberConfig.cmake.in

@@ -1,5 +1,6 @@
 #pragma once
-// OpId, the per-op info generated from core/ops.def, and the typed attributes ops take.
+// OpId, the per-op info and the typed attributes ops take, all generated from core/ops.yaml
+// by tools/gen_ops.py (see there for what a row holds).
 #include <cstdint>
 #include <string_view>
 
@@ -29,32 +30,35 @@ enum class OpKind : uint8_t {
 };
 enum class OutRule : uint8_t { Same, IntToFloat, ToBool, ToInt64, Index, Cast };
 
-enum class OpId : uint16_t {
-#define EMBER_OP(name, kind, dtypes, rule) name,
-#include "core/ops.def"
-#undef EMBER_OP
-};
+}  // namespace ember
 
-inline constexpr int kNumOps = 0
-#define EMBER_OP(name, kind, dtypes, rule) +1
-#include "core/ops.def"
-#undef EMBER_OP
-    ;
-// Adding or removing an op means touching its kernels and tests too: update this on purpose.
-static_assert(kNumOps == 55, "op table changed: update kernels, backward formulas and tests");
+// OpId and kNumOps.
+#include "core/generated/op_ids.h"
+
+namespace ember {
+
+// When a backward formula reads a tensor: the save rules of core/ops.yaml.
+enum class SaveWhen : uint8_t { Never, Always, IfNeed0, IfNeed1, IfNeed2 };
 
 struct OpInfo {
   std::string_view name;
   OpKind kind;
   DTypeSet dtypes;
   OutRule rule;
+  int8_t arity;  // -1: any number of inputs
+  bool differentiable;
+  SaveWhen save[4];  // inputs 0, 1, 2, then the output
+  // Ops whose gradient is a generated pointwise row: (g, x) or (g, y) -> dx, dispatched as is.
+  bool has_grad_op;
+  OpId grad_op;
 };
 
-inline constexpr OpInfo kOpInfo[] = {
-#define EMBER_OP(name, kind, dtypes, rule) {#name, OpKind::kind, dtypes, OutRule::rule},
-#include "core/ops.def"
-#undef EMBER_OP
-};
+}  // namespace ember
+
+// kOpInfo, indexed by OpId.
+#include "core/generated/op_info.h"
+
+namespace ember {
 
 constexpr const OpInfo& op_info(OpId op) { return kOpInfo[static_cast<int>(op)]; }
 constexpr std::string_view op_name(OpId op) { return op_info(op).name; }
@@ -62,38 +66,7 @@ constexpr bool is_pointwise(OpKind k) {
   return k == OpKind::Nullary || k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Ternary;
 }
 
-// Attributes of one op call. Each field says which ops read it; an op ignores the rest.
-// A plain struct (not a bag of untyped slots) so the tracer can hash and compare it cheaply.
-// How cross_entropy reduces its per-sample losses (nn's Reduction, at the op level).
-enum class LossReduction : uint8_t { None, Mean, Sum };
-
-struct Attrs {
-  Shape shape;      // view, expand, factories, random: target shape
-  Dims dims;        // reductions: dims to reduce (empty = all); permute: the order
-  int64_t dim = 0;  // softmax, log_softmax, gather, index_select, cat, slice
-  int64_t start = 0, end = 0, step = 1;                   // slice
-  bool keepdim = false;                                   // reductions
-  bool has_lo = false, has_hi = false;                    // clamp
-  bool approximate_tanh = false;                          // gelu
-  Scalar lo, hi;                                          // clamp bounds; randint [lo, hi)
-  Scalar value;                                           // fill
-  double range_start = 0, range_end = 0, range_step = 1;  // arange
-  DType dtype = kFloat32;                                 // cast, factories, random
-  Device device;                                          // factories, random, to_device
-  int64_t ignore_index = -100;                            // cross_entropy(_backward)
-  double label_smoothing = 0;                             // cross_entropy(_backward)
-  LossReduction reduction = LossReduction::None;          // cross_entropy(_backward)
-  int64_t num_classes = -1;                               // one_hot
-  uint64_t seed = 0, offset = 0;  // random: the Philox key and first counter
-  // random on CUDA, for replays captured in a CUDA graph: the device address of {seed, base};
-  // when set the kernel reads the key there and draws from counter base + offset.
-  const uint64_t* rng_state = nullptr;
-  // sgd_update: inputs are [hyper, step, params..., grads..., (momentum buffers...)]
-  int64_t num_tensors = 0;  // number of parameters
-  bool nesterov = false, maximize = false, momentum_buffers = false;
-  // sgd_update: after the update, step += 1 (every read of step in the update sees the old
-  // value). Saves the optimizer a separate increment kernel per step.
-  bool increment_step = false;
-};
-
 }  // namespace ember
+
+// Attrs: the typed attributes ops take, with equality, bytes and printing.
+#include "core/generated/attrs.h"

@@ -155,6 +155,10 @@ Tensor gelu(const Tensor& a, bool approximate_tanh) {
   attrs.approximate_tanh = approximate_tanh;
   return unary(OpId::gelu, a, attrs);
 }
+Tensor detail::unary_op(OpId op, const Tensor& a, const Attrs& attrs) {
+  return unary(op, a, attrs);
+}
+Tensor relu6(const Tensor& a) { return hardtanh(a, 0, 6); }
 Tensor clamp(const Tensor& a, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   EMBER_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   Attrs attrs;
@@ -174,7 +178,12 @@ Tensor sub(const Tensor& a, const Tensor& b) { return binary(OpId::sub, a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpId::mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary(OpId::div, a, b); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary(OpId::pow, a, b); }
-Tensor pow(const Tensor& a, const Scalar& b) { return binary(OpId::pow, a, b); }
+// A number exponent is an attribute: the gradient needs no log of the base.
+Tensor pow(const Tensor& a, const Scalar& b) {
+  Attrs attrs;
+  attrs.exponent = b.to_double();
+  return unary(OpId::pow_scalar, a, attrs);
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(OpId::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(OpId::minimum, a, b); }
 Tensor eq(const Tensor& a, const Tensor& b) { return binary(OpId::eq, a, b); }

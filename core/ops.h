@@ -22,6 +22,7 @@ Tensor sigmoid(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor gelu(const Tensor& a, bool approximate_tanh = false);
 Tensor clamp(const Tensor& a, std::optional<Scalar> lo, std::optional<Scalar> hi);
+Tensor relu6(const Tensor& a);  // hardtanh(a, 0, 6)
 
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
@@ -38,6 +39,11 @@ Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+namespace detail {
+// A unary pointwise op on `a`, promoted by its row's rule (the generated API calls this).
+Tensor unary_op(OpId op, const Tensor& a, const Attrs& attrs);
+}  // namespace detail
 
 // Tensor-scalar forms wrap the scalar (it does not widen the tensor's dtype within a category).
 #define EMBER_SCALAR_OVERLOADS(fn)             \
@@ -137,3 +143,6 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol 
 bool equal(const Tensor& a, const Tensor& b);  // same shape and identical values
 
 }  // namespace ember
+
+// The ops of core/ops.yaml rows with `api: true` (silu, leaky_relu, elu, softplus, ...).
+#include "core/generated/ops_api.h"

@@ -17,45 +17,8 @@ struct Writer {
     pod(d.size());
     for (int64_t x : d) pod(x);
   }
-  void scalar(const Scalar& v) {
-    pod(v.is_floating());
-    if (v.is_floating())
-      pod(v.to_double());
-    else
-      pod(v.to_int());
-  }
-  void attrs(const Attrs& a) {
-    dims(a.shape);
-    dims(a.dims);
-    pod(a.dim);
-    pod(a.start);
-    pod(a.end);
-    pod(a.step);
-    pod(a.keepdim);
-    pod(a.has_lo);
-    pod(a.has_hi);
-    pod(a.approximate_tanh);
-    scalar(a.lo);
-    scalar(a.hi);
-    scalar(a.value);
-    pod(a.range_start);
-    pod(a.range_end);
-    pod(a.range_step);
-    pod(a.dtype);
-    pod(a.device.type);
-    pod(a.device.index);
-    pod(a.ignore_index);
-    pod(a.label_smoothing);
-    pod(a.reduction);
-    pod(a.num_classes);
-    pod(a.seed);
-    pod(a.offset);
-    pod(a.num_tensors);
-    pod(a.nesterov);
-    pod(a.maximize);
-    pod(a.momentum_buffers);
-    pod(a.increment_step);
-  }
+  // Every attribute but the device addresses (a replay binds those), generated from the table.
+  void attrs(const Attrs& a) { append_attr_bytes(s, a); }
   // `base`: the offset that does not count (an argument's own offset may differ per call; the
   // executor binds it, so only the distance from the argument's first element matters).
   void value(const Value& v, int64_t base) {

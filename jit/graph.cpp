@@ -247,6 +247,11 @@ void print_attrs(std::ostream& os, const Node& n) {
     case OpKind::Random:
       os << " shape=" << a.shape;
       break;
+    case OpKind::Unary:
+    case OpKind::Binary:
+    case OpKind::Ternary:
+      ember::print_attrs(os, n.op, a);  // the attributes its row lists
+      break;
     case OpKind::MultiTensor:
       os << " n=" << a.num_tensors << (a.nesterov ? " nesterov" : "")
          << (a.momentum_buffers ? " momentum" : "") << (a.increment_step ? " step+1" : "");
@@ -254,7 +259,6 @@ void print_attrs(std::ostream& os, const Node& n) {
     default:
       break;
   }
-  if (n.op == OpId::cast) os << " to=" << dtype_name(a.dtype);
   if (n.op == OpId::to_device) os << " to=" << a.device.str();
 }
 }  // namespace

@@ -54,54 +54,9 @@ const char* compute_type(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 ? "float" : cuda_storage_type(t);
 }
 
-std::string hex_bits(double d) {
-  uint64_t b = 0;
-  std::memcpy(&b, &d, sizeof b);
-  std::ostringstream os;
-  os << "fp::f64_bits(0x" << std::hex << b << "ull)";
-  return os.str();
-}
-
 // The functor expression of an elementwise op with its attributes, as make_functor builds it
-// for the eager kernels; empty for ops the generator does not know (a new op with attributes
-// must be added here, not silently built without them).
-std::string functor_of(const Node& n) {
-  const Attrs& a = n.attrs;
-  switch (n.op) {
-    case OpId::gelu:
-      return a.approximate_tanh ? "pw::gelu{true}" : "pw::gelu{false}";
-    case OpId::gelu_backward:
-      return a.approximate_tanh ? "pw::gelu_backward{true}" : "pw::gelu_backward{false}";
-    case OpId::clamp:
-      return "pw::clamp{" + hex_bits(a.lo.to_double()) + ", " + hex_bits(a.hi.to_double()) +
-             (a.has_lo ? ", true" : ", false") + (a.has_hi ? ", true}" : ", false}");
-    case OpId::neg:
-    case OpId::abs:
-    case OpId::relu:
-    case OpId::exp:
-    case OpId::log:
-    case OpId::sqrt:
-    case OpId::rsqrt:
-    case OpId::sigmoid:
-    case OpId::tanh:
-    case OpId::add:
-    case OpId::sub:
-    case OpId::mul:
-    case OpId::div:
-    case OpId::pow:
-    case OpId::maximum:
-    case OpId::minimum:
-    case OpId::eq:
-    case OpId::ne:
-    case OpId::lt:
-    case OpId::le:
-    case OpId::gt:
-    case OpId::ge:
-      return str("pw::", op_name(n.op), "{}");
-    default:
-      return {};
-  }
-}
+// for the eager kernels (generated from the op table, like make_functor itself).
+std::string functor_of(const Node& n) { return pointwise_functor_source(n.op, n.attrs); }
 
 bool broadcasts_to(const Shape& s, const Shape& target) {
   if (s.size() > target.size()) return false;

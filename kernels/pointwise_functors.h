@@ -1,7 +1,9 @@
 #pragma once
-// Elementwise op functors, one per pointwise entry of core/ops.def. The CPU loops, the eager
-// CUDA kernels (nvcc) and the JIT's fused kernels (NVRTC) all compile this one header, so the
-// three paths compute the same function. T is the compute type: float for 16-bit storage types.
+// Elementwise op functors, one per pointwise row of core/ops.yaml: the hand-written ones here,
+// the rows written as expressions in the generated header included at the end. The CPU loops,
+// the eager CUDA kernels (nvcc) and the JIT's fused kernels (NVRTC) all compile this one text,
+// so the three paths compute the same function. T is the compute type: float for 16-bit
+// storage types.
 #include "core/macros.h"
 #if !defined(__CUDACC_RTC__)
 #include <cmath>
@@ -222,3 +224,6 @@ struct where {
 };
 
 }  // namespace ember::pw
+
+// The functors of the rows written as expressions (fwd, grad).
+#include "kernels/generated/pointwise_functors.h"

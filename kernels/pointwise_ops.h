@@ -1,8 +1,8 @@
 #pragma once
 // Host-side glue between the op table and the elementwise functors: builds each op's functor
-// from its attrs and visits the functor-backed ops of core/ops.def. The CPU loops and the CUDA
-// launcher both switch through visit_elementwise, so adding an elementwise op to the table and
-// a functor to pointwise_functors.h is all it takes.
+// from its attrs (make_functor, generated from the rows' attribute lists) and visits the
+// functor-backed ops of core/ops.yaml. The CPU loops and the CUDA launcher both switch through
+// visit_elementwise, so a row in the table (with its functor or expression) is all it takes.
 #include <type_traits>
 
 #include "core/op.h"
@@ -14,18 +14,12 @@ template <class F>
 F make_functor(const Attrs&) {
   return F{};
 }
-template <>
-inline pw::gelu make_functor<pw::gelu>(const Attrs& a) {
-  return pw::gelu{a.approximate_tanh};
-}
-template <>
-inline pw::gelu_backward make_functor<pw::gelu_backward>(const Attrs& a) {
-  return pw::gelu_backward{a.approximate_tanh};
-}
-template <>
-inline pw::clamp make_functor<pw::clamp>(const Attrs& a) {
-  return pw::clamp{a.lo.to_double(), a.hi.to_double(), a.has_lo, a.has_hi};
-}
+}  // namespace ember::kernels
+
+// make_functor for the rows with attributes, and EMBER_ELEMENTWISE_OPS.
+#include "kernels/generated/make_functor.h"
+
+namespace ember::kernels {
 
 template <OpId Op>
 using OpConstant = std::integral_constant<OpId, Op>;
@@ -40,24 +34,7 @@ bool visit_elementwise(OpId op, const Attrs& a, Fn&& f) {
   case OpId::name:                                          \
     f(OpConstant<OpId::name>{}, make_functor<pw::name>(a)); \
     return true;
-#define EMBER_EW_Unary(name) EMBER_EW_CASE(name)
-#define EMBER_EW_Binary(name) EMBER_EW_CASE(name)
-#define EMBER_EW_Ternary(name) EMBER_EW_CASE(name)
-#define EMBER_EW_Nullary(name)
-#define EMBER_EW_Reduce(name)
-#define EMBER_EW_Matmul(name)
-#define EMBER_EW_Softmax(name)
-#define EMBER_EW_Loss(name)
-#define EMBER_EW_Index(name)
-#define EMBER_EW_Cat(name)
-#define EMBER_EW_View(name)
-#define EMBER_EW_Factory(name)
-#define EMBER_EW_Random(name)
-#define EMBER_EW_Transfer(name)
-#define EMBER_EW_MultiTensor(name)
-#define EMBER_OP(name, kind, dtypes, rule) EMBER_EW_##kind(name)
-#include "core/ops.def"
-#undef EMBER_OP
+    EMBER_ELEMENTWISE_OPS(EMBER_EW_CASE)
 #undef EMBER_EW_CASE
     default:
       return false;

@@ -5,6 +5,7 @@
 namespace ember::nn {
 
 Tensor ReLUImpl::forward(const Tensor& x) { return functional::relu(x); }
+Tensor ReLU6Impl::forward(const Tensor& x) { return functional::relu6(x); }
 
 GELUImpl::GELUImpl(const GELUOptions& opts) : options(opts) {
   EMBER_CHECK(options.approximate() == "none" || options.approximate() == "tanh",

@@ -1,5 +1,6 @@
 #pragma once
-// Elementwise activation layers: ReLU, GELU, Sigmoid, Tanh.
+// Elementwise activation layers: ReLU, ReLU6, GELU, Sigmoid, Tanh here; SiLU, LeakyReLU, ELU,
+// Softplus, Hardtanh, Hardswish, Mish and LogSigmoid generated from core/ops.yaml.
 #include <ostream>
 
 #include "nn/holder.h"
@@ -14,6 +15,13 @@ class ReLUImpl : public Module {
   void pretty_print(std::ostream& os) const override { os << "ReLU()"; }
 };
 EMBER_MODULE(ReLU);
+
+class ReLU6Impl : public Module {
+ public:
+  Tensor forward(const Tensor& x);
+  void pretty_print(std::ostream& os) const override { os << "ReLU6()"; }
+};
+EMBER_MODULE(ReLU6);
 
 class GELUImpl : public Module {
  public:
@@ -43,3 +51,5 @@ class TanhImpl : public Module {
 EMBER_MODULE(Tanh);
 
 }  // namespace ember::nn
+
+#include "nn/generated/activation.h"

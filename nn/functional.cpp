@@ -112,6 +112,14 @@ Tensor relu(const Tensor& x) { return ember::relu(x); }
 Tensor gelu(const Tensor& x, bool approximate_tanh) { return ember::gelu(x, approximate_tanh); }
 Tensor sigmoid(const Tensor& x) { return ember::sigmoid(x); }
 Tensor tanh(const Tensor& x) { return ember::tanh(x); }
+Tensor relu6(const Tensor& x) { return ember::relu6(x); }
+Tensor abs(const Tensor& x) { return ember::abs(x); }
+Tensor rsqrt(const Tensor& x) { return ember::rsqrt(x); }
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+  return ember::clamp(x, min, max);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) { return ember::minimum(a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return ember::maximum(a, b); }
 Tensor softmax(const Tensor& x, int64_t dim) { return ember::softmax(x, dim); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return ember::log_softmax(x, dim); }
 

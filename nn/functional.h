@@ -4,6 +4,7 @@
 //   Tensor loss = F::cross_entropy(logits, y, nn::CrossEntropyLossOptions().label_smoothing(0.1));
 // Everything is composed from public ops, so autograd and the JIT see ordinary op nodes.
 #include <cstdint>
+#include <optional>
 
 #include "core/generator.h"
 #include "core/tensor.h"
@@ -15,6 +16,12 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x, bool approximate_tanh = false);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor relu6(const Tensor& x);  // hardtanh(x, 0, 6)
+Tensor abs(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
@@ -44,6 +51,9 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                                         const BCEWithLogitsLossOptions& options = {});
 
 }  // namespace ember::nn::functional
+
+// The forms of the activations in core/ops.yaml (silu, leaky_relu, elu, softplus, ...).
+#include "nn/generated/functional.h"
 
 namespace ember::nn::detail {
 // The same operations with the name errors should carry ("Linear", "CrossEntropyLoss", ...):

@@ -96,7 +96,7 @@ Tensor reduce_counted(const Tensor& per, const Tensor& target, int64_t ignore_in
 // log(1 + exp(z)) with exp's argument never above 0 (no overflow), written so that its gradient
 // is sigmoid(z) everywhere, z = 0 included: -|z| as z - 2 relu(z) differentiates to 1 at 0
 // (relu' = 0) or to -1 with relu(z) adding 1 (relu' = 1), either way summing to 1/2.
-Tensor softplus(const Tensor& z) {
+Tensor stable_softplus(const Tensor& z) {
   const Tensor r = relu(z);
   return add(r, log(add(exp(sub(z, mul(r, 2.0))), 1.0)));
 }
@@ -174,11 +174,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   Tensor per;
   if (!options.pos_weight().defined()) {
     // max(x, 0) - x y + log(1 + exp(-|x|))
-    per = sub(softplus(input), mul(input, target));
+    per = sub(stable_softplus(input), mul(input, target));
   } else {
     // (1 - y) x + (1 + (pw - 1) y) log(1 + exp(-x)), PyTorch's weighting of positives.
     const Tensor log_weight = add(mul(sub(options.pos_weight(), 1.0), target), 1.0);
-    per = add(mul(sub(1.0, target), input), mul(log_weight, softplus(neg(input))));
+    per = add(mul(sub(1.0, target), input), mul(log_weight, stable_softplus(neg(input))));
   }
   if (options.weight().defined()) per = mul(per, options.weight());
   return reduce(per, options.reduction());

@@ -2,7 +2,6 @@
 // with equal attributes on the same value ids and no write reached any input's memory between
 // them: each root carries a write epoch (bumped by every node that writes it), and the epochs of
 // the inputs' roots are part of the key.
-#include <bit>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -11,38 +10,6 @@
 
 namespace ember::jit {
 namespace {
-
-bool scalar_equal(const Scalar& a, const Scalar& b) {
-  if (a.kind() != b.kind()) return false;
-  // Bitwise for floats: NaN matches itself, -0.0 stays apart from 0.0 (it can change results).
-  if (a.is_floating())
-    return std::bit_cast<uint64_t>(a.to_double()) == std::bit_cast<uint64_t>(b.to_double());
-  return a.to_int() == b.to_int();
-}
-
-bool double_equal(double a, double b) {
-  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
-}
-
-// Every field of Attrs, whether or not the op reads it: a field an op ignores costs at most a
-// missed merge, a forgotten field would merge different computations.
-bool attrs_equal(const Attrs& a, const Attrs& b) {
-  return a.shape == b.shape && a.dims == b.dims && a.dim == b.dim && a.start == b.start &&
-         a.end == b.end && a.step == b.step && a.keepdim == b.keepdim && a.has_lo == b.has_lo &&
-         a.has_hi == b.has_hi && a.approximate_tanh == b.approximate_tanh &&
-         scalar_equal(a.lo, b.lo) && scalar_equal(a.hi, b.hi) && scalar_equal(a.value, b.value) &&
-         double_equal(a.range_start, b.range_start) && double_equal(a.range_end, b.range_end) &&
-         double_equal(a.range_step, b.range_step) && a.dtype == b.dtype && a.device == b.device &&
-         a.ignore_index == b.ignore_index && double_equal(a.label_smoothing, b.label_smoothing) &&
-         a.reduction == b.reduction && a.num_classes == b.num_classes && a.seed == b.seed &&
-         a.offset == b.offset && a.num_tensors == b.num_tensors && a.nesterov == b.nesterov &&
-         a.maximize == b.maximize && a.momentum_buffers == b.momentum_buffers &&
-         a.increment_step == b.increment_step;
-}
-// A new Attrs field changes the struct's size (unless it fits in padding, as increment_step
-// did): extend attrs_equal, then this number.
-static_assert(sizeof(void*) != 8 || sizeof(Attrs) == 336,
-              "Attrs changed: compare the new field in attrs_equal");
 
 bool mergeable_kind(OpKind k) {
   // Random ops draw fresh numbers per node; factories and fills make buffers that are often

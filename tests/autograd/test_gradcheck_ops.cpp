@@ -1,9 +1,11 @@
-// Finite-difference gradient checks over the whole op table (core/ops.def). Every op has an
+// Finite-difference gradient checks over the whole op table (core/ops.yaml). Every op has an
 // entry: either float64 functions that reach it through the public API (broadcasting, views of
 // the leaves that are not contiguous, keepdim both ways, several dims, in-place forms), each run
 // through autograd::gradcheck_report, or "not differentiable", in which case the op's output must
-// not require grad even when its inputs do. The switch below has no default, so a new op without
-// an entry does not compile (-Wswitch), and the loop fails at run time if one slips through.
+// not require grad even when its inputs do. The hand-written ops have a case in the switch below;
+// the activation ops (rows written as expressions) take their checks from the same rows as the
+// op-table sweep (tests/core/activation_rows.cpp), in its default. An op in neither place fails
+// the loop at run time.
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -13,6 +15,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/formulas.h"
+#include "core/activation_rows.h"
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 #include "core/factory.h"
@@ -173,6 +176,33 @@ void pairwise_ties(bool is_max) {
   check_grad(e, {1, 1});
 }
 
+// The ops of the activation rows (tests/core/activation_rows.cpp): each row on a transposed leaf
+// and on an expanded one, away from its kinks; their generated backward rows are not
+// differentiable (no second derivatives).
+Entry from_activation_rows(OpId op, Rng& r) {
+  bool backward = false;
+  const auto rows = test::optable::activation_rows_of(op, &backward);
+  if (rows.empty()) return {};
+  if (backward) {
+    return not_differentiable([op, &r] {
+      return dispatch(op, {leaf(r, {2, 3}, -1, 1), leaf(r, {2, 3}, 0.5, 1.5)}, Attrs{});
+    });
+  }
+  std::vector<Check> checks;
+  for (const auto* row : rows) {
+    const test::optable::Api1 api = row->api;
+    checks.push_back({row->label + " of a transposed leaf",
+                      {leaf(r, {3, 4}, row->lo, row->hi, row->kinks)},
+                      [api](In x) { return api(x[0].t()); }});
+    checks.push_back({row->label + " of an expanded leaf",
+                      {leaf(r, {4}, row->lo, row->hi, row->kinks)},
+                      [api](In x) {
+                        return api(x[0].expand({2, 4}));
+                      }});
+  }
+  return grad(std::move(checks));
+}
+
 Entry entry_for(OpId op, Rng& r) {
   auto U = [&](const Shape& s, double lo = -1.5, double hi = 1.5) { return leaf(r, s, lo, hi); };
   auto S = [&](const Shape& s) { return leaf(r, s, -1.5, 1.5, {0.0}, 0.2); };  // no zeros
@@ -321,8 +351,13 @@ Entry entry_for(OpId op, Rng& r) {
            {"a leaf over itself plus one", {P({3})}, [](In x) { return x[0] / (x[0] + 1); }}});
     case OpId::pow:
       return grad({{"[3,1] ^ [1,4]", {P({3, 1}), U({1, 4})}, [](In x) { return pow(x[0], x[1]); }},
-                   {"transposed leaf cubed", {U({3, 4})}, [](In x) { return pow(x[0].t(), 3); }},
-                   {"square root as a power", {P({4})}, [](In x) { return pow(x[0], 0.5); }}});
+                   // A number exponent is pow_scalar (an activation row); these keep a tensor one.
+                   {"transposed leaf cubed",
+                    {U({3, 4})},
+                    [](In x) { return pow(x[0].t(), from_vector<double>({3}, {1})); }},
+                   {"square root as a power", {P({4})}, [](In x) {
+                      return pow(x[0], from_vector<double>({0.5}, {1}));
+                    }}});
     case OpId::maximum:
       return grad({{"maximum of [3,1] and [1,4]",
                     {U({3, 1}), U({1, 4})},
@@ -677,6 +712,9 @@ Entry entry_for(OpId op, Rng& r) {
                       if (!cuda::is_available()) return to_device(x[0], Device::cpu());
                       return to_device(to_device(x[0].t(), Device::cuda(0)) * 2, Device::cpu());
                     }}});
+    default:
+      // Rows of the activation table; an op in neither place fails the loop below.
+      return from_activation_rows(op, r);
   }
   return {};  // an op of the table without an entry: the test fails below
 }

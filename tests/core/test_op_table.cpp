@@ -1,4 +1,4 @@
-// The table-driven sweep over core/ops.def. Every OpId must have a coverage entry below; its
+// The table-driven sweep over core/ops.yaml. Every OpId must have a coverage entry below; its
 // trial generator (tests/core/op_trials_*.cpp) builds fresh random inputs in odd and broadcast
 // shapes and non-contiguous layouts, for every dtype the op accepts, with a float64 reference
 // computed in the test with plain std:: math. The CPU case compares against the reference; the
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/activation_rows.h"
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 #include "core/factory.h"
@@ -60,7 +61,7 @@ double gelu_grad_ref(double g, double x) {
 
 double b2d(bool b) { return b ? 1.0 : 0.0; }
 
-// Adding an op to core/ops.def without a line here fails the sweep below.
+// Adding an op to core/ops.yaml without a line here fails the sweep below.
 const std::vector<Coverage>& coverage_table() {
   using D = Domain;
   static const std::vector<Coverage> k = {
@@ -147,6 +148,20 @@ const std::vector<Coverage>& coverage_table() {
 
 const Coverage* find_coverage(OpId op) {
   for (const Coverage& c : coverage_table())
+    if (c.op == op) return &c;
+  // The activation rows (core/activation_rows.cpp) cover their ops and the generated backward
+  // rows of those ops.
+  static const std::vector<Coverage> from_rows = [] {
+    std::vector<Coverage> v;
+    for (int i = 0; i < kNumOps; ++i) {
+      bool backward = false;
+      if (!activation_rows_of(static_cast<OpId>(i), &backward).empty())
+        v.push_back(
+            {static_cast<OpId>(i), backward ? activation_backward_trials : activation_trials});
+    }
+    return v;
+  }();
+  for (const Coverage& c : from_rows)
     if (c.op == op) return &c;
   return nullptr;
 }
@@ -271,7 +286,7 @@ TEST_CASE("op table: CUDA matches the CPU for every op", "[op_table][cuda]") {
 }
 
 TEST_CASE("op table: output dtypes follow PyTorch's rules", "[op_table]") {
-  // Spelled out by hand (not derived from the table) so a wrong rule in ops.def shows up.
+  // Spelled out by hand (not derived from the table) so a wrong rule in ops.yaml shows up.
   const Tensor i32 = ones({3}, kInt32), i64 = ones({3}, kInt64), b = ones({3}, kBool);
   const Tensor f16 = ones({3}, kFloat16), f32 = ones({3}), f64 = ones({3}, kFloat64);
   CHECK(exp(i32).dtype() == kFloat32);
