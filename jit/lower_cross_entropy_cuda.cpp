@@ -6,6 +6,7 @@
 
 #include "jit/log.h"
 #include "jit/lower.h"
+#include "jit/lower_util.h"
 #if defined(EMBER_WITH_CUDA)
 #include "kernels/cuda/cross_entropy_fused.h"
 #endif
@@ -13,31 +14,15 @@
 namespace ember::jit {
 namespace {
 
+using lower_util::dense;
+using lower_util::fail;
+using lower_util::join;
+
 struct CeMatch {
   ValueId logits = kNoValue, target = kNoValue, grad = kNoValue;
   ValueId loss = kNoValue, dlogits = kNoValue;
   Attrs attrs;
 };
-
-// Concatenation (GCC 12 warns falsely on chains of string + literal under -O3).
-std::string join(std::initializer_list<std::string_view> parts) {
-  std::string s;
-  for (std::string_view p : parts) s.append(p);
-  return s;
-}
-
-bool fail(std::string* why, std::string msg) {
-  if (why) *why = std::move(msg);
-  return false;
-}
-
-// Row-major dense (strides of size-1 dims do not matter).
-bool dense(const Value& v) {
-  const Strides want = contiguous_strides(v.shape);
-  for (int d = 0; d < v.shape.size(); ++d)
-    if (v.shape[d] != 1 && v.strides[d] != want[d]) return false;
-  return true;
-}
 
 bool match_ce(const Graph& g, const Group& grp, CeMatch& out, std::string* why) {
   if (grp.kind != GroupKind::CrossEntropy) return fail(why, "not a cross-entropy group");

@@ -19,6 +19,7 @@
 
 #include "jit/log.h"
 #include "jit/lower.h"
+#include "jit/lower_util.h"
 #include "jit/pointwise_codegen.h"
 #include "jit/reduction_codegen.h"
 #include "kernels/blas_layout.h"
@@ -30,6 +31,10 @@
 
 namespace ember::jit {
 namespace {
+
+using lower_util::dense;
+using lower_util::fail;
+using lower_util::join;
 
 std::atomic<bool> g_gemm_autotune{false};
 
@@ -59,31 +64,11 @@ struct ContractionPlan {
   bool has_tail() const { return !tail.nodes.empty(); }
 };
 
-// Concatenation (GCC 12 warns falsely on chains of string + literal under -O3).
-std::string join(std::initializer_list<std::string_view> parts) {
-  std::string s;
-  for (std::string_view p : parts) s.append(p);
-  return s;
-}
-
-bool fail(std::string* why, std::string msg) {
-  if (why) *why = std::move(msg);
-  return false;
-}
-
 // A GEMM operand needs a unit stride along one dim (the same rule as the eager matmul's, minus
 // the staging copy it may make).
 bool gemm_operand(const Value& v) {
   if (v.shape.size() != 2) return false;
   return kernels::blas_readable(v.shape[0], v.shape[1], v.strides[0], v.strides[1]);
-}
-
-// Row-major dense (strides of size-1 dims do not matter).
-bool dense(const Value& v) {
-  const Strides want = contiguous_strides(v.shape);
-  for (int d = 0; d < v.shape.size(); ++d)
-    if (v.shape[d] != 1 && v.strides[d] != want[d]) return false;
-  return true;
 }
 
 bool contains(const std::vector<ValueId>& v, ValueId x) {

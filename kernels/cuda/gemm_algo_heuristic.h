@@ -48,8 +48,7 @@ int32_t lt_load_tune(const GemmTuneSlot& slot, int candidates, std::vector<float
 // Keeps a winner (index into `times`) in the store; a failure to write is reported, not thrown.
 void lt_keep_tune(const GemmTuneSlot& slot, int32_t index, const std::vector<float>& times);
 
-// The plan caches' test hooks (matmul.cu, gemm_epilogue.cu); see drop_gemm_plans_for_testing.
-void drop_mm_plans_for_testing();
+// The plan cache's test hook (gemm_epilogue.cu); see drop_gemm_plans_for_testing.
 void drop_gemm_epilogue_plans_for_testing();
 
 }  // namespace ember::kernels::cuda

@@ -544,10 +544,7 @@ std::string gemm_algo_fingerprint_for_testing(const GemmAlgoTestProblem& p) {
   return fp;
 }
 
-void drop_gemm_plans_for_testing() {
-  drop_mm_plans_for_testing();
-  drop_gemm_epilogue_plans_for_testing();
-}
+void drop_gemm_plans_for_testing() { drop_gemm_epilogue_plans_for_testing(); }
 
 // ---- gemm_algo_heuristic.h ------------------------------------------------------------------
 

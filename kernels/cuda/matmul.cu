@@ -4,12 +4,10 @@
 // the process's one cuBLASLt entry point and plan cache, with the heuristic's first algorithm.
 // A transposed view (column-major in memory) is a transpose flag instead of a copy; only
 // operands with no unit stride are copied first.
-#include <cstring>
 
 #include "core/ops.h"
 #include "kernels/blas_layout.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/gemm_algo_heuristic.h"
 #include "kernels/cuda/gemm_epilogue.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
@@ -51,9 +49,6 @@ GemmMatrix operand(const Tensor& t, Tensor& keep, int64_t& batch_stride) {
 }
 
 }  // namespace
-
-// The eager matmul holds no plans of its own any more; the one cache is gemm_epilogue's.
-void drop_mm_plans_for_testing() { drop_gemm_epilogue_plans_for_testing(); }
 
 void matmul(const KernelCall& call) {
   const char* name = op_name(call.op).data();
