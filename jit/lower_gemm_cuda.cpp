@@ -169,6 +169,7 @@ bool plan_contraction(const Graph& g, const Group& grp, ContractionPlan& out, st
   return true;
 }
 
+#if defined(EMBER_WITH_CUDA)
 std::string tail_ops(const Graph& g, const Group& t) {
   std::string s;
   for (int32_t m : t.nodes) {
@@ -178,7 +179,6 @@ std::string tail_ops(const Graph& g, const Group& t) {
   return s;
 }
 
-#if defined(EMBER_WITH_CUDA)
 namespace kc = kernels::cuda;
 
 std::string shape_pair(const Graph& g, ValueId a, ValueId b) {

@@ -2,10 +2,12 @@
 // Ember's umbrella header: `#include <ember/ember.h>` gives the whole public API.
 
 #include "autograd/autograd.h"
+#include "core/allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "core/parallel.h"
 #include "core/tensor.h"
 #include "jit/compile.h"
 #include "jit/log.h"

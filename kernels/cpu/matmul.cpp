@@ -1,16 +1,30 @@
-// CPU matrix products through Eigen: mm [M,K]x[K,N] and bmm [B,M,K]x[B,K,N].
+// CPU matrix products: mm [M,K]x[K,N] and bmm [B,M,K]x[B,K,N].
 //
-// An operand whose columns are unit-stride maps as a row-major Eigen matrix and one whose rows
-// are unit-stride (a transposed view) as column-major, both without a copy; any other layout
-// (a slice with steps in both dims, an expand) is copied to a contiguous matrix first.
+// float32 and float64 go to the BLAS (OpenBLAS, when the build found it; bench/NOTES.md has
+// the measurements that chose it over oneDNN's and Eigen's GEMMs), else to Eigen; integers
+// always to Eigen. An operand whose columns are unit-stride is read as row-major and one whose
+// rows are unit-stride (a transposed view) as column-major, both without a copy; any other
+// layout (a slice with steps in both dims, an expand) is copied to a contiguous matrix first.
 // float16/bfloat16 compute in float and round the result once.
+//
+// Threads: the BLAS runs single-threaded and a large product is cut into slabs of C's columns
+// (or rows, when C is narrow) run on the intra-op pool (core/parallel.h). Each element of C is
+// still one dot product over all of K in the library's order, so the result does not depend on
+// the thread count.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "core/parallel.h"
 #include "kernels/cpu/cpu_kernels.h"
+
+#if EMBER_HAVE_OPENBLAS
+#include <cblas.h>
+#include <mutex>
+extern "C" void openblas_set_num_threads(int);
+#endif
 
 namespace ember::kernels::cpu {
 namespace {
@@ -69,6 +83,55 @@ void gemm_mapped(const Operand<T>& a, int64_t lda, const Operand<T>& b, int64_t 
   C.noalias() = A * B;
 }
 
+#if EMBER_HAVE_OPENBLAS
+// Multiply-adds below which a product runs on one thread: the pool's hand-off costs a few
+// microseconds, about what a product of this size takes.
+constexpr int64_t kParallelGemmMacs = int64_t{1} << 19;
+constexpr int64_t kSlab = 16;  // slab edge: a multiple of the BLAS kernels' register tiles
+
+template <class T>
+void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T* c, int64_t ldc) {
+  const auto tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
+  const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, 1.0f, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), 0.0f, c, static_cast<int>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, 1.0, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), 0.0, c, static_cast<int>(ldc));
+  }
+}
+
+// c[M,N] (contiguous) = a * b with each operand row-major (t = false) or column-major
+// (t = true, a transposed view) with leading dimension ld.
+template <class T>
+void gemm_blas(const Operand<T>& a, bool ta, int64_t lda, const Operand<T>& b, bool tb,
+               int64_t ldb, T* c) {
+  static std::once_flag serial_blas;
+  std::call_once(serial_blas, [] { openblas_set_num_threads(1); });
+  const int64_t m = a.rows, k = a.cols, n = b.cols;
+  const int threads = get_num_threads();
+  if (threads == 1 || m * n * k < kParallelGemmMacs || in_parallel_region()) {
+    return blas_call(ta, tb, m, n, k, a.data, lda, b.data, ldb, c, n);
+  }
+  // Slabs of C: columns when C is at least as wide as tall, else rows. An operand's row r
+  // starts at data + r rs and its column j at data + j cs in either layout.
+  const bool by_cols = n >= m;
+  const int64_t extent = by_cols ? n : m, slabs = (extent + kSlab - 1) / kSlab;
+  const int64_t macs_per_slab = m * n * k / slabs;
+  const int64_t grain = std::max<int64_t>(1, kParallelGemmMacs / 2 / std::max<int64_t>(1, macs_per_slab));
+  parallel_for(slabs, grain, [&](int64_t s0, int64_t s1) {
+    const int64_t lo = s0 * kSlab, hi = std::min(extent, s1 * kSlab);
+    if (by_cols) {
+      blas_call(ta, tb, m, hi - lo, k, a.data, lda, b.data + lo * b.cs, ldb, c + lo, n);
+    } else {
+      blas_call(ta, tb, hi - lo, n, k, a.data + lo * a.rs, lda, b.data, ldb, c + lo * n, n);
+    }
+  });
+}
+#endif
+
 // c[M,N] (contiguous) = a[M,K] * b[K,N] for a native Eigen scalar type T.
 template <class T>
 void gemm_native(Operand<T> a, Operand<T> b, T* c) {
@@ -85,6 +148,11 @@ void gemm_native(Operand<T> a, Operand<T> b, T* c) {
     lb = Layout::kRowMajor;
   }
   const int64_t lda = outer_stride(a, la), ldb = outer_stride(b, lb);
+#if EMBER_HAVE_OPENBLAS
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return gemm_blas(a, la == Layout::kColMajor, lda, b, lb == Layout::kColMajor, ldb, c);
+  }
+#endif
   constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
   if (la == Layout::kRowMajor) {
     if (lb == Layout::kRowMajor) return gemm_mapped<T, R, R>(a, lda, b, ldb, c);
@@ -99,7 +167,8 @@ template <class T>
 void gemm_half(const Operand<T>& a, const Operand<T>& b, T* c) {
   const RowMat<float> af = to_dense<float>(a), bf = to_dense<float>(b);
   RowMat<float> cf(a.rows, b.cols);
-  cf.noalias() = af * bf;
+  gemm_native<float>({af.data(), a.rows, a.cols, a.cols, 1}, {bf.data(), b.rows, b.cols, b.cols, 1},
+                     cf.data());
   const float* src = cf.data();
   for (int64_t i = 0, n = a.rows * b.cols; i < n; ++i) c[i] = T(src[i]);
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/parallel.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace ember::kernels::cpu {
@@ -26,9 +27,9 @@ struct SgdParams {
 //   buf = first ? d : momentum * buf + (1 - dampening) * d;  d = nesterov ? d + momentum * buf :
 //   buf p -= lr * d
 template <class T, class Acc>
-void sgd_one(T* p, const T* g, T* buf, int64_t n, const SgdParams<Acc>& h) {
+void sgd_range(T* p, const T* g, T* buf, int64_t i0, int64_t i1, const SgdParams<Acc>& h) {
   const Acc keep = Acc(1) - h.dampening;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = i0; i < i1; ++i) {
     const Acc pi = static_cast<Acc>(p[i]);
     Acc d = static_cast<Acc>(g[i]);
     if (h.maximize) d = -d;
@@ -41,6 +42,14 @@ void sgd_one(T* p, const T* g, T* buf, int64_t n, const SgdParams<Acc>& h) {
     }
     p[i] = T(pi - h.lr * d);
   }
+}
+
+// Elements per piece of the intra-op pool: below this one thread updates the whole parameter.
+constexpr int64_t kUpdateGrain = 32768;
+
+template <class T, class Acc>
+void sgd_one(T* p, const T* g, T* buf, int64_t n, const SgdParams<Acc>& h) {
+  parallel_for(n, kUpdateGrain, [&](int64_t b, int64_t e) { sgd_range(p, g, buf, b, e, h); });
 }
 
 void sgd_update(const KernelCall& call) {

@@ -1,9 +1,12 @@
 // CPU elementwise kernels: one loop template per arity over kernels::Iter, with the functors of
 // kernels/pointwise_functors.h. Contiguous runs get a plain indexed loop the compiler vectorises.
+// Large loops are cut into element ranges run on the intra-op pool (core/parallel.h); each
+// element is computed the same way whichever thread gets it.
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "core/parallel.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/iter.h"
 #include "kernels/pointwise_ops.h"
@@ -43,9 +46,19 @@ acc_t<T> load(const char* p) {
   return static_cast<acc_t<T>>(*reinterpret_cast<const T*>(p));
 }
 
+// Elements below which a loop stays on one thread: the pool's hand-off costs about as much as
+// a cheap op takes over this many.
+constexpr int64_t kPointwiseGrain = 32768;
+
+template <class F>
+void for_each_run_parallel(const Iter& it, const F& inner) {
+  parallel_for(it.numel, kPointwiseGrain,
+               [&](int64_t b, int64_t e) { for_each_run_range(it, b, e, inner); });
+}
+
 template <class Out, class In, class F>
 void unary_loop(const Iter& it, const F& f) {
-  for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+  for_each_run_parallel(it, [&](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
       Out* o = reinterpret_cast<Out*>(p[0]);
       const In* a = reinterpret_cast<const In*>(p[1]);
@@ -59,7 +72,7 @@ void unary_loop(const Iter& it, const F& f) {
 
 template <class Out, class In, class F>
 void binary_loop(const Iter& it, const F& f) {
-  for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+  for_each_run_parallel(it, [&](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {
       Out* o = reinterpret_cast<Out*>(p[0]);
       const In* a = reinterpret_cast<const In*>(p[1]);
@@ -81,7 +94,7 @@ void binary_loop(const Iter& it, const F& f) {
 
 template <class T, class F>
 void where_loop(const Iter& it, const F& f) {
-  for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+  for_each_run_parallel(it, [&](char** p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i)
       *reinterpret_cast<T*>(p[0] + i * s[0]) =
           convert<T>(f(*reinterpret_cast<const bool*>(p[1] + i * s[1]), load<T>(p[2] + i * s[2]),
@@ -149,7 +162,7 @@ void run_fill(const KernelCall& c) {
   visit<kAllTypes>(c.out.dtype(), "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T value = v.is_floating() ? convert<T>(v.to_double()) : convert<T>(v.to_int());
-    for_each_run(it, [&](char** p, const int64_t* s, int64_t n) {
+    for_each_run_parallel(it, [&](char** p, const int64_t* s, int64_t n) {
       for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = value;
     });
   });

@@ -1,10 +1,12 @@
 // CPU random draws and arange. Both devices compute element i from the same closed-form
 // definitions (core/philox.h), so CPU and CUDA draws are identical (float64 randn within an ulp:
 // it uses the platform's double log/sin/cos). This file is compiled with -ffp-contract=off
-// (CMakeLists.txt) so the float randn's IEEE operations are never fused into FMAs.
+// (CMakeLists.txt) so the float randn's IEEE operations are never fused into FMAs. Element i
+// depends on i alone, so the intra-op pool (core/parallel.h) may split the draws anywhere.
 #include <cmath>
 #include <type_traits>
 
+#include "core/parallel.h"
 #include "core/philox.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -33,6 +35,16 @@ T to_storage(double v) {
   }
 }
 
+// Draws a piece of the pool takes at least (a draw costs tens of nanoseconds).
+constexpr int64_t kDrawGrain = 8192;
+
+template <class F>
+void each_index(int64_t n, const F& f) {
+  parallel_for(n, kDrawGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f(i);
+  });
+}
+
 }  // namespace
 
 void random(const KernelCall& c) {
@@ -45,23 +57,25 @@ void random(const KernelCall& c) {
       EMBER_FAIL(op_name(c.op), ": bool draws are not supported");
     } else if (c.op == OpId::randint) {
       const int64_t lo = a.lo.to_int(), hi = a.hi.to_int();
-      for (int64_t i = 0; i < n; ++i)
+      each_index(n, [&](int64_t i) {
         out[i] = to_storage<T>(static_cast<double>(philox::integer(a.seed, a.offset, i, lo, hi)));
+      });
     } else if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
                          std::is_same_v<T, BFloat16>) {
       if (c.op == OpId::rand) {
-        for (int64_t i = 0; i < n; ++i)
+        each_index(n, [&](int64_t i) {
           out[i] = to_storage<T>(std::min(philox::uniform(a.seed, a.offset, i), below_one<T>()));
+        });
       } else if constexpr (std::is_same_v<T, double>) {
-        for (int64_t i = 0; i < n; ++i) out[i] = philox::normal(a.seed, a.offset, i);
+        each_index(n, [&](int64_t i) { out[i] = philox::normal(a.seed, a.offset, i); });
       } else {
         // float32 and the 16-bit types: the float draw (bit-identical to CUDA's), four elements
         // per Philox call, rounded from float to T.
-        for (int64_t q = 0; 4 * q < n; ++q) {
+        each_index((n + 3) / 4, [&](int64_t q) {
           float v[4];
           philox::normal_quad_f32(a.seed, a.offset, static_cast<uint64_t>(q), v);
           for (int64_t e = 0; e < 4 && 4 * q + e < n; ++e) out[4 * q + e] = T(v[e]);
-        }
+        });
       }
     } else {
       EMBER_FAIL(op_name(c.op), ": dtype ", dtype_name(c.out.dtype()), " is not supported");

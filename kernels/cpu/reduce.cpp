@@ -7,6 +7,9 @@
 // innermost in memory) or "outer" (a vector of accumulators, one per innermost kept element,
 // is swept across the reduced dims; good when the kept dims are innermost in memory, such as a
 // column sum of a row-major matrix).
+//
+// Threads: the outputs are split over the intra-op pool (core/parallel.h); each output is still
+// reduced by one thread in the order above, so results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "core/parallel.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace ember::kernels::cpu {
@@ -95,6 +99,19 @@ void for_each_run(const DimGroup& g, int64_t base, F&& f) {
     if (d < 0) return;
   }
 }
+
+// The offset (in elements) of the `linear`-th element of `g` in row-major order.
+inline int64_t offset_of(const DimGroup& g, int64_t linear) {
+  int64_t off = 0;
+  for (int d = g.n - 1; d >= 0; --d) {
+    off += (linear % g.sizes[d]) * g.strides[d];
+    linear /= g.sizes[d];
+  }
+  return off;
+}
+
+// Input elements a piece of the pool reduces at least: less is not worth a hand-off.
+constexpr int64_t kReduceGrainElems = 32768;
 
 // Sum of a strided run in double, pairwise so the rounding error grows with log(n), not n.
 template <class T>
@@ -284,16 +301,15 @@ void reduce_typed(const KernelCall& call, const Op& op) {
 
   const T* src = static_cast<const T*>(in.raw_data());
   Out* dst = static_cast<Out*>(out.raw_data());
-  int64_t o = 0;
-
   const bool outer = keep.n > 0 && red.n > 0 && keep.sizes[keep.n - 1] >= 4 &&
                      std::abs(keep.strides[keep.n - 1]) < std::abs(red.strides[red.n - 1]);
   if (!outer) {
-    for_each_run(keep, 0, [&](int64_t kb, int64_t ks, int64_t kn) {
-      for (int64_t k = 0; k < kn; ++k) {
+    const int64_t grain = std::max<int64_t>(1, kReduceGrainElems / std::max<int64_t>(count, 1));
+    parallel_for(keep_numel, grain, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
         Acc acc = op.init();
         int64_t i = 0;
-        for_each_run(red, kb + k * ks, [&](int64_t rb, int64_t rs, int64_t rn) {
+        for_each_run(red, offset_of(keep, o), [&](int64_t rb, int64_t rs, int64_t rn) {
           if constexpr (HasRun<Op>) {
             op.run(acc, src + rb, rs, rn);
           } else {
@@ -301,25 +317,32 @@ void reduce_typed(const KernelCall& call, const Op& op) {
           }
           i += rn;
         });
-        dst[o++] = op.finish(acc, count);
+        dst[o] = op.finish(acc, count);
       }
     });
     return;
   }
 
+  // Outer order: the innermost kept dim's outputs are swept together across the reduced dims;
+  // the pool splits that dim into column ranges, each with its own accumulators.
   const int64_t kn = keep.sizes[keep.n - 1], ks = keep.strides[keep.n - 1];
-  std::unique_ptr<Acc[]> acc(new Acc[kn]);
-  for_each_run(keep.without_last(), 0, [&](int64_t b, int64_t s, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t k = 0; k < kn; ++k) acc[k] = op.init();
+  const DimGroup rows = keep.without_last();
+  const int64_t nrows = rows.numel();
+  const int64_t grain = std::max<int64_t>(1, kReduceGrainElems / std::max<int64_t>(count, 1));
+  parallel_for(kn, grain, [&](int64_t k0, int64_t k1) {
+    std::unique_ptr<Acc[]> acc(new Acc[static_cast<size_t>(k1 - k0)]);
+    for (int64_t j = 0; j < nrows; ++j) {
+      const int64_t base = offset_of(rows, j) + k0 * ks;
+      for (int64_t k = 0; k < k1 - k0; ++k) acc[k] = op.init();
       int64_t i = 0;
-      for_each_run(red, b + j * s, [&](int64_t rb, int64_t rs, int64_t rn) {
+      for_each_run(red, base, [&](int64_t rb, int64_t rs, int64_t rn) {
         for (int64_t r = 0; r < rn; ++r, ++i) {
           const T* p = src + rb + r * rs;
-          for (int64_t k = 0; k < kn; ++k) op.update(acc[k], p[k * ks], i);
+          for (int64_t k = 0; k < k1 - k0; ++k) op.update(acc[k], p[k * ks], i);
         }
       });
-      for (int64_t k = 0; k < kn; ++k) dst[o++] = op.finish(acc[k], count);
+      Out* d = dst + j * kn + k0;
+      for (int64_t k = 0; k < k1 - k0; ++k) d[k] = op.finish(acc[k], count);
     }
   });
 }

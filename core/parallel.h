@@ -1,0 +1,49 @@
+#pragma once
+// The one intra-op thread pool of the CPU backend (like ATen's at::parallel_for). GEMMs,
+// pointwise loops, reductions, the optimizer update and the JIT's fused CPU groups split their
+// work over it; the BLAS runs single-threaded inside each piece, so there is never a second pool
+// competing for the cores.
+//
+// Size: EMBER_NUM_THREADS if set, else std::thread::hardware_concurrency(); set_num_threads()
+// changes it (like torch.set_num_threads). The calling thread takes part, so n threads means
+// n - 1 workers.
+//
+// Results never depend on the thread count: parallel_for hands out contiguous index ranges, and
+// every caller either writes disjoint outputs per index or combines fixed-size blocks in index
+// order (kernels/cpu/reduce.cpp), so a sum adds in the same order on 1 thread or 16.
+#include <cstdint>
+
+namespace ember {
+
+// Threads the CPU kernels use (>= 1).
+int get_num_threads();
+// Throws ember::Error naming the value when n < 1. Waits for running work; safe to call between
+// steps from the thread that runs them.
+void set_num_threads(int n);
+// True inside a parallel_for body (nested calls run inline on the calling thread).
+bool in_parallel_region();
+
+namespace detail {
+using RangeFn = void (*)(const void* ctx, int64_t begin, int64_t end);
+void parallel_run(int64_t n, int64_t grain, RangeFn fn, const void* ctx);
+}  // namespace detail
+
+// Calls f(begin, end) over disjoint ranges covering [0, n), each at least `grain` long (but the
+// last), on up to get_num_threads() threads; returns when all are done. Runs f(0, n) inline when
+// one range suffices, the pool has one thread, or it is called from inside another parallel_for.
+// f must not throw (an exception would be lost on a worker): check arguments before. No
+// allocation, no std::function: f is called through a function pointer to this template.
+template <class F>
+void parallel_for(int64_t n, int64_t grain, const F& f) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (n <= grain || get_num_threads() == 1 || in_parallel_region()) {
+    f(int64_t{0}, n);
+    return;
+  }
+  detail::parallel_run(
+      n, grain,
+      [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
+}
+
+}  // namespace ember
