@@ -52,6 +52,7 @@ struct RunOptions {
   std::string json_path;
   bool no_first_step = false;
   bool no_kernel_count = false;
+  int threads = 0;  // 0: the intra-op pool's default (EMBER_NUM_THREADS or every core)
 };
 
 struct ProbeOptions {
@@ -197,6 +198,7 @@ int cmd_run(RunOptions o, const std::string& command) {
   std::vector<const Workload*> workloads;
   for (const std::string& name : o.workloads) workloads.push_back(&find_workload(name));
   set_allow_tf32(o.tf32);
+  if (o.threads > 0) set_num_threads(o.threads);
 
   Settings s;
   s.dev = dev;
@@ -224,7 +226,8 @@ int cmd_run(RunOptions o, const std::string& command) {
                 {"repeats", s.repeats},
                 {"seed", s.seed},
                 {"tf32", s.tf32},
-                {"loss_steps", s.loss_steps}}},
+                {"loss_steps", s.loss_steps},
+                {"threads", get_num_threads()}}},
               {"timing",
                "host wall clock (steady_clock) around each whole step: batch drawn on the device, "
                "zero_grad, forward, loss, backward, SGD step, loss.item(); after `warmup` untimed "
@@ -392,6 +395,9 @@ int main(int argc, char** argv) {
   run->add_flag("--no-first-step", ro.no_first_step,
                 "skip the first-step figures (each takes two new processes)");
   run->add_flag("--no-kernel-count", ro.no_kernel_count, "skip counting GPU kernels with CUPTI");
+  run->add_option("--threads", ro.threads,
+                  "CPU intra-op threads (default EMBER_NUM_THREADS, else every core)")
+      ->check(CLI::PositiveNumber);
 
   // Hidden: the child processes of `run` (see measure.h).
   ProbeOptions po;

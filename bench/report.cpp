@@ -108,6 +108,7 @@ std::string config_text(const json& doc) {
      << " steps (us/step: median sample; min..max: fastest..slowest sample), TF32 "
      << (cfg.value("tf32", false) ? "on" : "off") << ", loss after " << cfg.value("loss_steps", 0)
      << " steps from seed " << cfg.value("seed", 0);
+  if (cfg.contains("threads")) os << ", " << cfg.value("threads", 0) << " CPU threads";
   return os.str();
 }
 

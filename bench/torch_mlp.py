@@ -305,14 +305,23 @@ def import_torch():
     return torch
 
 
+def has_attr(obj, name):
+    """hasattr for torch.backends objects, whose __getattr__ raises AssertionError in 1.13."""
+    try:
+        getattr(obj, name)
+        return True
+    except (AttributeError, AssertionError):
+        return False
+
+
 def configure_tf32(torch, on):
     mode = "tf32" if on else "ieee"
     matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):
+    if has_attr(matmul, "fp32_precision"):
         matmul.fp32_precision = mode
         cudnn = torch.backends.cudnn
         for b in (cudnn, getattr(cudnn, "conv", None), getattr(cudnn, "rnn", None)):
-            if b is not None and hasattr(b, "fp32_precision"):
+            if b is not None and has_attr(b, "fp32_precision"):
                 b.fp32_precision = mode
         return
     matmul.allow_tf32 = on
@@ -570,8 +579,11 @@ def count_device_ops(torch, one_step, n):
 
 def release(torch, cuda):
     """Frees the previous row: compiled code, CUDA graph trees and their pools, cached blocks."""
-    import torch._dynamo
-    torch._dynamo.reset()
+    try:  # PyTorch before 2.0 (Debian's 1.13) has no Dynamo: nothing compiled to drop
+        import torch._dynamo
+        torch._dynamo.reset()
+    except ImportError:
+        pass
     gc.collect()
     if cuda:
         try:  # private API; the graph trees' memory pools outlive dynamo's reset otherwise
@@ -726,6 +738,8 @@ def error_message(e):
 def run_benchmark(args):
     torch = import_torch()
     configure_tf32(torch, args.tf32)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = resolve_device(torch, args.device)
     for k, v in DEFAULTS[device].items():
         if getattr(args, k) is None:
@@ -770,7 +784,8 @@ def run_benchmark(args):
             progress("{}: error: {}".format(tag, row["error"]))
         rows.append(row)
     config = {"warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
-              "seed": args.seed, "tf32": args.tf32, "loss_steps": args.loss_steps}
+              "seed": args.seed, "tf32": args.tf32, "loss_steps": args.loss_steps,
+              "threads": torch.get_num_threads()}
     command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])] + sys.argv[1:])
     return make_document(str(torch.__version__), machine_info(torch, device, peak), config,
                          args.workloads, rows, "python3 " + command)
@@ -829,6 +844,8 @@ def parse_args(argv=None):
     ap.add_argument("--loss-steps", type=positive, default=None)
     ap.add_argument("--seed", type=non_negative, default=0)
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (off by default)")
+    ap.add_argument("--threads", type=positive, default=None,
+                    help="torch.set_num_threads (CPU intra-op threads; default: torch's)")
     ap.add_argument("--json", metavar="PATH", help="write the results here")
     ap.add_argument("--no-first-step", action="store_true",
                     help="skip the first-step probes (new processes); first_step_ms is null")

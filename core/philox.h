@@ -191,12 +191,13 @@ EMBER_HD float from_bits(uint32_t v) {
 #endif
 }
 
-// Number of bits needed to write v (0 for 0).
-EMBER_HD int bit_width(uint32_t v) {
+// Number of bits needed to write v, for v != 0 (no zero test: the host loop over many draws
+// stays branch-free, so the compiler can vectorise it).
+EMBER_HD int bit_width_nonzero(uint32_t v) {
 #if defined(__CUDA_ARCH__)
   return 32 - __clz(static_cast<int>(v));
 #else
-  return static_cast<int>(std::bit_width(v));
+  return 32 - std::countl_zero(v);
 #endif
 }
 
@@ -245,7 +246,8 @@ EMBER_HD void sincos_turn(uint32_t w, float& sin_out, float& cos_out) {
   const uint32_t q = (w + 0x20000000u) >> 30;  // wraps to 0 past 3.5 quarter turns: mod 4
   const int32_t d = static_cast<int32_t>(w - (q << 30));
   const uint32_t a = static_cast<uint32_t>(d < 0 ? -d : d);  // <= 2^29
-  const int low_bits = bit_width(a) > 12 ? bit_width(a) - 12 : 0;
+  const int width = bit_width_nonzero(a | 1u);  // a | 1: the same width for a > 0, 1 for 0
+  const int low_bits = width > 12 ? width - 12 : 0;
   const uint32_t a_hi = (a >> low_bits) << low_bits;
   const float r_hi = mul(from_uint(a_hi), 0x1p-30f);               // exact: 12 bits
   const float r_lo = mul(from_uint(a - a_hi), 0x1p-30f);           // exact: < 2^18

@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 #include "core/philox.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vector_clones.h"
 
 namespace ember::kernels::cpu {
 namespace {
@@ -32,6 +33,20 @@ T to_storage(double v) {
     return T(static_cast<float>(v));
   } else {
     return static_cast<T>(v);
+  }
+}
+
+// Quads [q0, q1) of the float normal draw into out[4 q0 .. 4 q1): the hot loop of randn,
+// branch-free so each clone vectorises it (core/philox.h).
+EMBER_VECTOR_CLONES
+void normal_quads_f32(float* out, int64_t q0, int64_t q1, uint64_t seed, uint64_t offset) {
+  for (int64_t q = q0; q < q1; ++q) {
+    float v[4];
+    philox::normal_quad_f32(seed, offset, static_cast<uint64_t>(q), v);
+    out[4 * q] = v[0];
+    out[4 * q + 1] = v[1];
+    out[4 * q + 2] = v[2];
+    out[4 * q + 3] = v[3];
   }
 }
 
@@ -71,10 +86,18 @@ void random(const KernelCall& c) {
       } else {
         // float32 and the 16-bit types: the float draw (bit-identical to CUDA's), four elements
         // per Philox call, rounded from float to T.
-        each_index((n + 3) / 4, [&](int64_t q) {
-          float v[4];
-          philox::normal_quad_f32(a.seed, a.offset, static_cast<uint64_t>(q), v);
-          for (int64_t e = 0; e < 4 && 4 * q + e < n; ++e) out[4 * q + e] = T(v[e]);
+        const int64_t full = std::is_same_v<T, float> ? n / 4 : 0;
+        if constexpr (std::is_same_v<T, float>) {
+          parallel_for(full, kDrawGrain / 4, [&](int64_t q0, int64_t q1) {
+            normal_quads_f32(out, q0, q1, a.seed, a.offset);
+          });
+        }
+        parallel_for((n + 3) / 4 - full, kDrawGrain / 4, [&](int64_t b, int64_t e) {
+          for (int64_t q = full + b; q < full + e; ++q) {
+            float v[4];
+            philox::normal_quad_f32(a.seed, a.offset, static_cast<uint64_t>(q), v);
+            for (int64_t k = 0; k < 4 && 4 * q + k < n; ++k) out[4 * q + k] = T(v[k]);
+          }
         });
       }
     } else {
