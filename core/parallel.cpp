@@ -25,6 +25,13 @@ namespace {
 
 thread_local bool t_in_region = false;
 
+// Marks the calling thread as inside a loop body for its lifetime (also when the body throws).
+struct RegionGuard {
+  bool was = t_in_region;
+  RegionGuard() { t_in_region = true; }
+  ~RegionGuard() { t_in_region = was; }
+};
+
 // Workers spin this long after a job before they sleep: a training step issues its parallel
 // loops microseconds apart, and waking a sleeping thread costs more than most of them take.
 constexpr auto kSpin = std::chrono::microseconds(200);
@@ -56,9 +63,8 @@ class Pool {
   void run(int64_t n, int64_t grain, detail::RangeFn fn, const void* ctx) {
     std::unique_lock lock(submit_, std::try_to_lock);
     if (!lock.owns_lock()) {  // another thread's loop holds the pool: run this one inline
-      t_in_region = true;
+      RegionGuard region;
       fn(ctx, 0, n);
-      t_in_region = false;
       return;
     }
     const int nthreads = threads();
@@ -66,15 +72,16 @@ class Pool {
     fn_ = fn;
     ctx_ = ctx;
     n_ = n;
-    pieces_ = static_cast<int>(std::min<int64_t>(nthreads, (n + grain - 1) / grain));
+    pieces_ = static_cast<int>(std::min<int64_t>(nthreads, n / grain));  // each >= grain
     next_.store(0, std::memory_order_relaxed);
     acks_.store(0, std::memory_order_relaxed);
     failed_.store(false, std::memory_order_relaxed);
     bump_generation();
 
-    t_in_region = true;
-    work();
-    t_in_region = false;
+    {
+      RegionGuard region;
+      work();  // catches the body's exceptions
+    }
     const int nworkers = static_cast<int>(workers_.size());
     while (acks_.load(std::memory_order_acquire) != nworkers) EMBER_CPU_RELAX();
     if (failed_.load(std::memory_order_relaxed)) {
@@ -186,6 +193,11 @@ bool in_parallel_region() { return t_in_region; }
 
 namespace detail {
 void parallel_run(int64_t n, int64_t grain, RangeFn fn, const void* ctx) {
+  if (n / grain < 2) {  // one range of at least `grain`: no hand-off
+    RegionGuard region;
+    fn(ctx, 0, n);
+    return;
+  }
   pool().run(n, grain, fn, ctx);
 }
 }  // namespace detail

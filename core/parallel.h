@@ -28,16 +28,17 @@ using RangeFn = void (*)(const void* ctx, int64_t begin, int64_t end);
 void parallel_run(int64_t n, int64_t grain, RangeFn fn, const void* ctx);
 }  // namespace detail
 
-// Calls f(begin, end) over disjoint ranges covering [0, n), each at least `grain` long (but the
-// last), on up to get_num_threads() threads; returns when all are done. Runs f(0, n) inline when
-// one range suffices, the pool has one thread, or it is called from inside another parallel_for.
-// f must not throw (an exception would be lost on a worker): check arguments before. No
-// allocation, no std::function: f is called through a function pointer to this template.
+// Calls f(begin, end) over disjoint ranges covering [0, n), each at least `grain` long, on up to
+// get_num_threads() threads; returns when all are done. Runs f(0, n) inline when one range
+// suffices (n < 2 grain), the pool has one thread, or it is called from inside another
+// parallel_for (or while another thread's loop holds the pool). An exception thrown by f is
+// rethrown here once every range has finished (the first one, if several throw). No allocation,
+// no std::function: f is called through a function pointer to this template.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, const F& f) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
-  if (n <= grain || get_num_threads() == 1 || in_parallel_region()) {
+  if (n < 2 * grain || get_num_threads() == 1 || in_parallel_region()) {
     f(int64_t{0}, n);
     return;
   }

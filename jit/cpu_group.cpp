@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "core/dispatch.h"
+#include "core/parallel.h"
 
 namespace ember::jit {
 
@@ -18,9 +19,18 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
   const int64_t inner = rows_ > 0 ? std::max<int64_t>(1, numel_of(shape_) / rows_) : 1;
   rows_per_chunk_ = std::max<int64_t>(1, kChunkElems / inner);
   if (shape_.empty()) rows_per_chunk_ = 1;
-  const int64_t chunk_elems = rows_per_chunk_ * inner;
+  chunk_elems_ = rows_per_chunk_ * inner;
+  const int64_t chunks = rows_ > 0 ? (rows_ + rows_per_chunk_ - 1) / rows_per_chunk_ : 0;
+  const int64_t lanes = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), chunks));
+  for (int64_t i = 0; i < lanes; ++i) lanes_.push_back(build_lane(g, group, slots, plan));
+}
 
-  std::unordered_map<ValueId, int32_t> chunk_of;  // value -> index into chunked_
+CpuGroupRunner::Lane CpuGroupRunner::build_lane(
+    const Graph& g, const Group& group, const std::vector<std::shared_ptr<TensorImpl>>& slots,
+    const MemoryPlan& plan) {
+  Lane lane;
+  std::vector<Chunked>& chunked_ = lane.chunked;
+  std::unordered_map<ValueId, int32_t> chunk_of;  // value -> index into chunked
   int32_t scratch_slots = 0;
   auto stored = [&](ValueId v) {
     return plan.arena_of[v] >= 0 || plan.fresh[v] || g.values[v].kind != ValueKind::Node ||
@@ -54,29 +64,32 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
       if (reduce_rows_) {
         Chunked& c = chunked_[in_chunk];
         if (!c.full) {
-          // A member's scratch output: give it whole memory of its own, which the chunks fill.
+          // A member's scratch output: whole memory of its own (shared by the lanes, which
+          // fill different rows of it).
           const Value& v = g.values[n.inputs[0]];
-          c.full = std::make_shared<TensorImpl>();
-          c.full->storage = std::make_shared<Storage>(
-              static_cast<size_t>(std::max<int64_t>(1, v.numel()) * element_size(v.dtype)),
-              Device::cpu(), allocator_for(Device::cpu()));
-          c.full->sizes = v.shape;
-          c.full->strides = contiguous_strides(v.shape);
-          c.full->dtype = v.dtype;
-          c.full->device = Device::cpu();
+          if (!reduce_full_) {
+            reduce_full_ = std::make_shared<TensorImpl>();
+            reduce_full_->storage = std::make_shared<Storage>(
+                static_cast<size_t>(std::max<int64_t>(1, v.numel()) * element_size(v.dtype)),
+                Device::cpu(), allocator_for(Device::cpu()));
+            reduce_full_->sizes = v.shape;
+            reduce_full_->strides = contiguous_strides(v.shape);
+            reduce_full_->dtype = v.dtype;
+            reduce_full_->device = Device::cpu();
+          }
+          c.full = reduce_full_;
           c.chunk->sizes = v.shape;
           c.chunk->strides = c.full->strides;
           if (rows_ > 1) c.row_stride = c.full->strides[0];
         }
-        reduce_in_ = Tensor(c.full);
-        reduce_out_ = Tensor(slots[n.out]);
+        lane.reduce_in = Tensor(c.full);
+        lane.reduce_out = Tensor(slots[n.out]);
       } else {
-        reduce_in_ = Tensor(chunked_[in_chunk].chunk);
+        lane.reduce_in = Tensor(chunked_[in_chunk].chunk);
         // Rows survive the reduction: each chunk writes its own rows of the output.
-        reduce_out_chunk_ = external(n.out);
-        Chunked& c = chunked_[reduce_out_chunk_];
+        Chunked& c = chunked_[external(n.out)];
         if (rows_ > 1) c.row_stride = c.full->strides[0];
-        reduce_out_ = Tensor(c.chunk);
+        lane.reduce_out = Tensor(c.chunk);
       }
       continue;
     }
@@ -96,31 +109,33 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
       chunk_of[n.out] = static_cast<int32_t>(chunked_.size()) - 1;
       m.out = Tensor(chunked_.back().chunk);
     }
-    members_.push_back(std::move(m));
+    lane.members.push_back(std::move(m));
   }
   // One scratch block: a chunk-sized buffer per unstored intermediate (8 bytes per element
   // covers every dtype and keeps each buffer aligned).
-  const int64_t slot_bytes = ((chunk_elems * 8 + 255) / 256) * 256;
-  scratch_ = std::make_shared<Storage>(
+  const int64_t slot_bytes = ((chunk_elems_ * 8 + 255) / 256) * 256;
+  lane.scratch = std::make_shared<Storage>(
       static_cast<size_t>(std::max<int64_t>(1, scratch_slots) * slot_bytes), Device::cpu(),
       allocator_for(Device::cpu()));
   for (Chunked& c : chunked_) {
     if (c.full) continue;
     const int64_t esize = element_size(c.chunk->dtype);
-    c.chunk->storage = scratch_;
+    c.chunk->storage = lane.scratch;
     c.base_offset = c.base_offset * slot_bytes / esize;
     c.chunk->offset = c.base_offset;
   }
+  return lane;
 }
 
 int32_t CpuGroupRunner::kernel_calls_per_run() const {
   const int64_t chunks = rows_ > 0 ? (rows_ + rows_per_chunk_ - 1) / rows_per_chunk_ : 0;
-  const int64_t per_chunk = static_cast<int64_t>(members_.size()) + (has_reduce_ && !reduce_rows_);
+  const int64_t per_chunk =
+      static_cast<int64_t>(lanes_.front().members.size()) + (has_reduce_ && !reduce_rows_);
   return static_cast<int32_t>(chunks * per_chunk + (reduce_rows_ ? 1 : 0));
 }
 
-void CpuGroupRunner::set_chunk(int64_t r0, int64_t n) {
-  for (Chunked& c : chunked_) {
+void CpuGroupRunner::set_chunk(Lane& lane, int64_t r0, int64_t n) const {
+  for (Chunked& c : lane.chunked) {
     TensorImpl& t = *c.chunk;
     if (c.full) {
       if (c.row_stride == 0) continue;
@@ -136,28 +151,49 @@ void CpuGroupRunner::set_chunk(int64_t r0, int64_t n) {
   }
 }
 
-void CpuGroupRunner::run() {
+void CpuGroupRunner::run_chunks(Lane& lane, int64_t c0, int64_t c1) const {
   const Device cpu = Device::cpu();
-  // Arguments and returned tensors get new memory each call: follow the executor's slots.
-  for (Chunked& c : chunked_)
-    if (c.full) {
-      c.chunk->storage = c.full->storage;
-      c.chunk->offset = c.full->offset;
-    }
-  for (int64_t r0 = 0; r0 < rows_; r0 += rows_per_chunk_) {
-    const int64_t n = std::min(rows_per_chunk_, rows_ - r0);
-    set_chunk(r0, n);
-    for (const Member& m : members_) run_kernel({m.op, m.args, m.attrs, m.out}, cpu);
+  for (int64_t ci = c0; ci < c1; ++ci) {
+    const int64_t r0 = ci * rows_per_chunk_;
+    set_chunk(lane, r0, std::min(rows_per_chunk_, rows_ - r0));
+    for (const Member& m : lane.members) run_kernel({m.op, m.args, m.attrs, m.out}, cpu);
     if (has_reduce_ && !reduce_rows_)
-      run_kernel({reduce_op_, std::span<const Tensor>(&reduce_in_, 1), reduce_attrs_, reduce_out_},
-                 cpu);
+      run_kernel(
+          {reduce_op_, std::span<const Tensor>(&lane.reduce_in, 1), reduce_attrs_, lane.reduce_out},
+          cpu);
   }
-  if (reduce_rows_)
-    run_kernel({reduce_op_, std::span<const Tensor>(&reduce_in_, 1), reduce_attrs_, reduce_out_},
-               cpu);
+}
+
+void CpuGroupRunner::run() {
+  // Arguments and returned tensors get new memory each call: follow the executor's slots.
+  for (Lane& lane : lanes_)
+    for (Chunked& c : lane.chunked)
+      if (c.full) {
+        c.chunk->storage = c.full->storage;
+        c.chunk->offset = c.full->offset;
+      }
+  const int64_t chunks = rows_ > 0 ? (rows_ + rows_per_chunk_ - 1) / rows_per_chunk_ : 0;
+  const auto nlanes = static_cast<int64_t>(lanes_.size());
+  if (nlanes == 1 || get_num_threads() == 1) {
+    run_chunks(lanes_.front(), 0, chunks);
+  } else {
+    // At most one range per lane: each range takes a lane of its own.
+    next_lane_.store(0, std::memory_order_relaxed);
+    parallel_for(chunks, (chunks + nlanes - 1) / nlanes, [&](int64_t c0, int64_t c1) {
+      Lane& lane = lanes_[static_cast<size_t>(next_lane_.fetch_add(1, std::memory_order_relaxed))];
+      run_chunks(lane, c0, c1);
+    });
+  }
+  if (reduce_rows_) {
+    Lane& lane = lanes_.front();
+    run_kernel(
+        {reduce_op_, std::span<const Tensor>(&lane.reduce_in, 1), reduce_attrs_, lane.reduce_out},
+        Device::cpu());
+  }
   // Let go of this call's memory (arguments, returned tensors): the next run re-points.
-  for (Chunked& c : chunked_)
-    if (c.full) c.chunk->storage.reset();
+  for (Lane& lane : lanes_)
+    for (Chunked& c : lane.chunked)
+      if (c.full) c.chunk->storage.reset();
 }
 
 }  // namespace ember::jit

@@ -95,6 +95,31 @@ void binary_loop(const Iter& it, const F& f) {
 template <class T, class F>
 void where_loop(const Iter& it, const F& f) {
   for_each_run_parallel(it, [&](char** p, const int64_t* s, int64_t n) {
+    // Dense condition and output, each value dense or one broadcast element (a gradient masked
+    // against a scalar zero): plain indexed loops.
+    constexpr int64_t e = sizeof(T);
+    if (s[0] == e && s[1] == 1 && (s[2] == e || s[2] == 0) && (s[3] == e || s[3] == 0)) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const bool* c = reinterpret_cast<const bool*>(p[1]);
+      const T* a = reinterpret_cast<const T*>(p[2]);
+      const T* b = reinterpret_cast<const T*>(p[3]);
+      if (s[2] == e && s[3] == e) {
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = convert<T>(f(c[i], static_cast<acc_t<T>>(a[i]), static_cast<acc_t<T>>(b[i])));
+      } else if (s[2] == e) {
+        const acc_t<T> bv = static_cast<acc_t<T>>(*b);
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = convert<T>(f(c[i], static_cast<acc_t<T>>(a[i]), bv));
+      } else if (s[3] == e) {
+        const acc_t<T> av = static_cast<acc_t<T>>(*a);
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = convert<T>(f(c[i], av, static_cast<acc_t<T>>(b[i])));
+      } else {
+        const acc_t<T> av = static_cast<acc_t<T>>(*a), bv = static_cast<acc_t<T>>(*b);
+        for (int64_t i = 0; i < n; ++i) o[i] = convert<T>(f(c[i], av, bv));
+      }
+      return;
+    }
     for (int64_t i = 0; i < n; ++i)
       *reinterpret_cast<T*>(p[0] + i * s[0]) =
           convert<T>(f(*reinterpret_cast<const bool*>(p[1] + i * s[1]), load<T>(p[2] + i * s[2]),
