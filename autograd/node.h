@@ -42,9 +42,6 @@ struct InputMeta {
   Shape shape;
   DType dtype = kFloat32;
   Device device;
-  // A 2-D transposed view (unit row stride, columns apart): a product's gradient for it is
-  // computed in that layout, so it reaches a weight read as weight.t() without a copy.
-  bool column_major = false;
 };
 
 struct Node {

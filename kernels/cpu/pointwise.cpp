@@ -2,6 +2,7 @@
 // kernels/pointwise_functors.h. Contiguous runs get a plain indexed loop the compiler vectorises.
 // Large loops are cut into element ranges run on the intra-op pool (core/parallel.h); each
 // element is computed the same way whichever thread gets it.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -56,8 +57,41 @@ void for_each_run_parallel(const Iter& it, const F& inner) {
                [&](int64_t b, int64_t e) { for_each_run_range(it, b, e, inner); });
 }
 
+// A 2-D unary loop whose output is dense along the inner dim and whose input is dense along the
+// outer one (a copy or cast of a transposed matrix, such as a weight's gradient computed as
+// (x^T g)^T): square tiles, so each cache line read is used for a whole tile row instead of one
+// element. Same per-element computation as the plain loop.
+template <class Out, class In, class F>
+bool unary_transpose_tiles(const Iter& it, const F& f) {
+  if (it.ndim != 2 || it.strides[0][0] != static_cast<int64_t>(sizeof(Out)) ||
+      it.strides[1][1] != static_cast<int64_t>(sizeof(In)) ||
+      it.strides[1][0] == static_cast<int64_t>(sizeof(In)) || it.numel < kPointwiseGrain / 8)
+    return false;
+  constexpr int64_t kTile = 32;
+  const int64_t inner = it.sizes[0], outer = it.sizes[1];
+  const int64_t os = it.strides[0][1], is = it.strides[1][0];  // bytes
+  const int64_t row_blocks = (outer + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, kPointwiseGrain / (kTile * std::max<int64_t>(inner, 1)));
+  parallel_for(row_blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t i0 = b0 * kTile; i0 < std::min(outer, b1 * kTile); i0 += kTile) {
+      const int64_t i1 = std::min(outer, i0 + kTile);
+      for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
+        const int64_t j1 = std::min(inner, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) {
+          Out* o = reinterpret_cast<Out*>(it.data[0] + i * os);
+          const char* a = it.data[1] + i * static_cast<int64_t>(sizeof(In));
+          for (int64_t j = j0; j < j1; ++j)
+            o[j] = convert<Out>(f(static_cast<acc_t<In>>(*reinterpret_cast<const In*>(a + j * is))));
+        }
+      }
+    }
+  });
+  return true;
+}
+
 template <class Out, class In, class F>
 void unary_loop(const Iter& it, const F& f) {
+  if (unary_transpose_tiles<Out, In>(it, f)) return;
   for_each_run_parallel(it, [&](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
       Out* o = reinterpret_cast<Out*>(p[0]);
