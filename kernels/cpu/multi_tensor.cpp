@@ -26,21 +26,39 @@ struct SgdParams {
 //   d = maximize ? -g : g;  d += wd * p;
 //   buf = first ? d : momentum * buf + (1 - dampening) * d;  d = nesterov ? d + momentum * buf :
 //   buf p -= lr * d
-template <class T, class Acc>
+// The options are template arguments, so each loop is branch-free and the compiler vectorises it.
+template <class T, class Acc, bool kMaximize, bool kDecay, bool kBuffers, bool kFirst, bool kNesterov>
 void sgd_range(T* p, const T* g, T* buf, int64_t i0, int64_t i1, const SgdParams<Acc>& h) {
   const Acc keep = Acc(1) - h.dampening;
   for (int64_t i = i0; i < i1; ++i) {
     const Acc pi = static_cast<Acc>(p[i]);
     Acc d = static_cast<Acc>(g[i]);
-    if (h.maximize) d = -d;
-    if (h.weight_decay != Acc(0)) d += h.weight_decay * pi;
-    if (h.momentum_buffers) {
-      const Acc b = h.first_step ? d : h.momentum * static_cast<Acc>(buf[i]) + keep * d;
-      buf[i] = T(b);
+    if constexpr (kMaximize) d = -d;
+    if constexpr (kDecay) d += h.weight_decay * pi;
+    if constexpr (kBuffers) {
+      if constexpr (kFirst) {
+        buf[i] = T(d);
+      } else {
+        buf[i] = T(h.momentum * static_cast<Acc>(buf[i]) + keep * d);
+      }
       // Nesterov reads the buffer as stored, as PyTorch does.
-      d = h.nesterov ? d + h.momentum * static_cast<Acc>(buf[i]) : static_cast<Acc>(buf[i]);
+      if constexpr (kNesterov) {
+        d = d + h.momentum * static_cast<Acc>(buf[i]);
+      } else {
+        d = static_cast<Acc>(buf[i]);
+      }
     }
     p[i] = T(pi - h.lr * d);
+  }
+}
+
+// Calls f(std::bool_constant<b>) for the run-time b.
+template <class F>
+void with_bool(bool b, const F& f) {
+  if (b) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
   }
 }
 
@@ -49,7 +67,24 @@ constexpr int64_t kUpdateGrain = 32768;
 
 template <class T, class Acc>
 void sgd_one(T* p, const T* g, T* buf, int64_t n, const SgdParams<Acc>& h) {
-  parallel_for(n, kUpdateGrain, [&](int64_t b, int64_t e) { sgd_range(p, g, buf, b, e, h); });
+  with_bool(h.maximize, [&](auto mx) {
+    with_bool(h.weight_decay != Acc(0), [&](auto wd) {
+      with_bool(h.momentum_buffers, [&](auto bufs) {
+        with_bool(h.first_step, [&](auto first) {
+          with_bool(h.nesterov, [&](auto nest) {
+            // Without buffers the first step and Nesterov change nothing: one instantiation.
+            constexpr bool kBufs = decltype(bufs)::value;
+            constexpr bool kFirst = kBufs && decltype(first)::value;
+            constexpr bool kNesterov = kBufs && decltype(nest)::value;
+            parallel_for(n, kUpdateGrain, [&](int64_t b, int64_t e) {
+              sgd_range<T, Acc, decltype(mx)::value, decltype(wd)::value, kBufs, kFirst,
+                        kNesterov>(p, g, buf, b, e, h);
+            });
+          });
+        });
+      });
+    });
+  });
 }
 
 void sgd_update(const KernelCall& call) {
