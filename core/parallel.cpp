@@ -72,18 +72,20 @@ class Pool {
     fn_ = fn;
     ctx_ = ctx;
     n_ = n;
-    pieces_ = static_cast<int>(std::min<int64_t>(nthreads, n / grain));  // each >= grain
-    next_.store(0, std::memory_order_relaxed);
-    acks_.store(0, std::memory_order_relaxed);
+    const auto pieces = static_cast<uint64_t>(std::min<int64_t>(nthreads, n / grain));  // >= grain each
+    done_.store(0, std::memory_order_relaxed);
     failed_.store(false, std::memory_order_relaxed);
+    const uint64_t job = (generation_.load(std::memory_order_relaxed) + 1) & 0xffffffffu;
+    claim_.store(job << 32 | pieces << 16, std::memory_order_release);
     bump_generation();
 
     {
       RegionGuard region;
-      work();  // catches the body's exceptions
+      work(job);  // catches the body's exceptions
     }
-    const int nworkers = static_cast<int>(workers_.size());
-    while (acks_.load(std::memory_order_acquire) != nworkers) EMBER_CPU_RELAX();
+    // Only the pieces are waited for: a worker that wakes after they are all claimed finds the
+    // job over and never touches it, so a descheduled worker costs nothing.
+    while (done_.load(std::memory_order_acquire) != static_cast<int>(pieces)) EMBER_CPU_RELAX();
     if (failed_.load(std::memory_order_relaxed)) {
       std::exception_ptr e = std::move(error_);
       error_ = nullptr;
@@ -92,22 +94,32 @@ class Pool {
   }
 
  private:
-  // Takes pieces until none are left. Piece i is [i n / pieces, (i + 1) n / pieces).
-  void work() {
+  // Claims pieces of job `job` until none are left. claim_ packs (job id << 32 | pieces << 16 |
+  // next piece); a claim is a compare-exchange on it, so a worker holding a stale job id claims
+  // nothing. A claimed piece keeps the job alive (the submitter waits for it), so the job's
+  // fields are valid while it runs. Piece i is [i n / pieces, (i + 1) n / pieces).
+  void work(uint64_t job) {
+    uint64_t c = claim_.load(std::memory_order_acquire);
     for (;;) {
-      const int i = next_.fetch_add(1, std::memory_order_relaxed);
-      if (i >= pieces_) return;
-      const int64_t b = n_ * i / pieces_, e = n_ * (i + 1) / pieces_;
+      const uint64_t pieces = (c >> 16) & 0xffffu, next = c & 0xffffu;
+      if ((c >> 32) != job || next >= pieces) return;
+      if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                        std::memory_order_acquire))
+        continue;
+      const auto i = static_cast<int64_t>(next), np = static_cast<int64_t>(pieces);
+      const int64_t b = n_ * i / np, e = n_ * (i + 1) / np;
       try {
         fn_(ctx_, b, e);
       } catch (...) {
         if (!failed_.exchange(true)) error_ = std::current_exception();
       }
+      done_.fetch_add(1, std::memory_order_release);
+      c = claim_.load(std::memory_order_acquire);
     }
   }
 
   // `seen`: the generation when the worker was started (a job published before the thread got
-  // to run is still its to acknowledge).
+  // to run may still have pieces left).
   void worker_loop(uint64_t seen) {
     t_in_region = true;
     for (;;) {
@@ -124,8 +136,7 @@ class Pool {
       }
       seen = g;
       if (stop_.load(std::memory_order_acquire)) return;
-      work();
-      acks_.fetch_add(1, std::memory_order_release);
+      work(g & 0xffffffffu);
     }
   }
 
@@ -162,14 +173,13 @@ class Pool {
   std::mutex sleep_;  // workers past their spin sleep on wake_
   std::condition_variable wake_;
   std::atomic<bool> stop_{false};
-  // The current job: written by the submitter before generation_ is bumped, read by workers
-  // after they see the bump, rewritten only once every worker has acknowledged it.
+  // The current job: written by the submitter before claim_ is published, read by a worker
+  // only after it claimed a piece, rewritten only once every piece is done.
   detail::RangeFn fn_ = nullptr;
   const void* ctx_ = nullptr;
   int64_t n_ = 0;
-  int pieces_ = 0;
-  std::atomic<int> next_{0};
-  std::atomic<int> acks_{0};
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> done_{0};
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;
 };
