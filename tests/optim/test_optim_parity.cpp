@@ -237,8 +237,8 @@ void check_fixture(const std::string& run_name_, Device dev, Run mode) {
     for (const auto& [k, t] : fx.tensors)
       if (k.rfind(prefix, 0) == 0 && k.rfind("resume.weight.", 0) != 0)
         st.tensors[k.substr(prefix.size())] = t;
-    for (const auto& [k, v] : json::parse(fx.metadata.at("resume.meta")).items())
-      st.metadata[k] = v.get<std::string>();
+    const json meta = json::parse(fx.metadata.at("resume.meta"));
+    for (auto it = meta.begin(); it != meta.end(); ++it) st.metadata[it.key()] = it->get<std::string>();
     opt->load_state_dict(st);
     REQUIRE(opt->steps(0) == resume_at);
   }
