@@ -60,9 +60,8 @@ def state_dict_to_ember(sd, kind):
                 continue
             steps.add(float(st["step"]))
             for name in STATES[kind]:
-                if name in st and torch.is_tensor(st[name]) and st[name].dim() > 0:
-                    tensors[f"state.{g}.{i}.{name}"] = st[name].detach().to("cpu").contiguous()
-                elif name in st and torch.is_tensor(st[name]):  # 0-dim parameter
+                if name in st and torch.is_tensor(st[name]):
+                    # A copy: a state_dict aliases the optimizer's live tensors.
                     tensors[f"state.{g}.{i}.{name}"] = st[name].detach().to("cpu").clone()
         if len(steps) > 1:
             raise ValueError(f"group {g}: parameters have different step counts {sorted(steps)};"

@@ -200,7 +200,7 @@ void check_fixture(const std::string& run_name_, Device dev, Run mode) {
         *opt, std::vector<std::shared_ptr<optim::LRScheduler>>{warm, cos},
         std::vector<int64_t>{8});
   } else if (extras.value("schedule", "") == "onecycle") {
-    sched = std::make_shared<optim::OneCycleLR>(*opt, 3e-3, steps);
+    sched = std::make_shared<optim::OneCycleLR>(*opt, 1e-3, steps);
   }
   const bool clip_norm = extras.contains("clip_norm"), clip_value = extras.contains("clip_value");
   const double max_norm = extras.value("clip_norm", 0.0);
@@ -268,7 +268,7 @@ void check_fixture(const std::string& run_name_, Device dev, Run mode) {
     CHECK(s.eager_calls == 0);
     CHECK(s.recompiles == 0);
     CHECK(s.executables == 1);
-    CHECK(s.replays >= steps - first - 2);
+    CHECK(s.replays >= steps - first - 4);  // the first calls trace (state is created)
   }
   const double tol = 1e-5;
   check_close(net->fc1->bias, get(fx, "final.fc1.bias"), tol, where + ": fc1.bias");
