@@ -251,6 +251,13 @@ void ReduceLROnPlateau::step(double metric) {
   }
 }
 
+void ReduceLROnPlateau::step(const Tensor& metric) {
+  EMBER_CHECK(metric.defined() && metric.numel() == 1,
+              "ReduceLROnPlateau.step: the metric must be one number, got ",
+              metric.defined() ? metric.sizes() : Shape{});
+  step(metric.detach().cpu().to(kFloat64).item<double>());
+}
+
 std::vector<double> ReduceLROnPlateau::get_last_lr() const {
   std::vector<double> out;
   for (size_t g = 0; g < optimizer_.num_groups(); ++g) out.push_back(optimizer_.get_lr(g));

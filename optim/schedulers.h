@@ -149,6 +149,8 @@ class ReduceLROnPlateau {
  public:
   explicit ReduceLROnPlateau(Optimizer& optimizer, PlateauOptions options = {});
   void step(double metric);
+  // A 0-dim tensor metric (a loss): read on the host here, one synchronize.
+  void step(const Tensor& metric);
   std::vector<double> get_last_lr() const;
   int64_t last_epoch() const { return last_epoch_; }
   int64_t num_bad_epochs() const { return num_bad_epochs_; }

@@ -102,9 +102,21 @@ void optimizer_update(const KernelCall& call) {
     unsigned* const ticket = last_launch ? step_ticket : nullptr;
     const int64_t items = ts.first_item[count];
     if (items == 0 && ticket == nullptr) continue;
-    dev::optim_update_kernel<<<grid_stride_blocks(items, kThreads, device), kThreads, 0, s>>>(
-        ts, static_cast<const double*>(hyper.raw_data()), static_cast<float*>(step.raw_data()),
-        ticket, flags, device_error_raised(device));
+    const unsigned blocks = grid_stride_blocks(items, kThreads, device);
+    const auto* h = static_cast<const double*>(hyper.raw_data());
+    auto* st = static_cast<float*>(step.raw_data());
+    const unsigned* err = device_error_raised(device);
+    switch (flags.kind) {
+      case dev::kOptAdam:
+        dev::optim_update_kernel<dev::kOptAdam><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, flags, err);
+        break;
+      case dev::kOptRmsprop:
+        dev::optim_update_kernel<dev::kOptRmsprop><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, flags, err);
+        break;
+      case dev::kOptAdagrad:
+        dev::optim_update_kernel<dev::kOptAdagrad><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, flags, err);
+        break;
+    }
     check_launch(flags.kind == dev::kOptAdam      ? "adam_update"
                  : flags.kind == dev::kOptRmsprop ? "rmsprop_update"
                                                   : "adagrad_update");

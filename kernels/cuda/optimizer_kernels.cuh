@@ -4,7 +4,8 @@
 //
 // The same scheme as sgd_update (multi_tensor.cuh): the tensors travel in the kernel's
 // parameters, the work is one flat list of 16-byte items over all tensors that the grid strides
-// over, the float64 hyperparameters and the float32 step are read from device memory by every
+// over (each item's elements loaded one by one: no vector loads yet; an item holds up to five
+// streams of one to three states), the float64 hyperparameters and the float32 step are read from device memory by every
 // launch (so a captured CUDA graph replays with whatever the optimizer stored last), the step is
 // counted in the launch through the device's step ticket, and a raised device error flag makes
 // the launch change nothing. The per-element rules are kernels/optimizer_rules.h, the CPU
@@ -43,90 +44,67 @@ struct OptimFlags {
   bool amsgrad, decoupled, momentum, centered, maximize;
 };
 
-// The scalars of one launch in one compute type.
+// The scalars of one launch in one compute type, for update Kind.
+template <OptimKind Kind, class Acc>
+struct OptimScalars;
 template <class Acc>
-struct OptimScalars {
-  optim_rules::AdamScalars<Acc> adam;
-  optim_rules::RmspropScalars<Acc> rmsprop;
-  optim_rules::AdagradScalars<Acc> adagrad;
+struct OptimScalars<kOptAdam, Acc> {
+  optim_rules::AdamScalars<Acc> s;
+  __device__ OptimScalars(const double* h, float step) : s(optim_rules::adam_scalars<Acc>(h, step)) {}
+};
+template <class Acc>
+struct OptimScalars<kOptRmsprop, Acc> {
+  optim_rules::RmspropScalars<Acc> s;
+  __device__ OptimScalars(const double* h, float) : s(optim_rules::rmsprop_scalars<Acc>(h)) {}
+};
+template <class Acc>
+struct OptimScalars<kOptAdagrad, Acc> {
+  optim_rules::AdagradScalars<Acc> s;
+  __device__ OptimScalars(const double* h, float step)
+      : s(optim_rules::adagrad_scalars<Acc>(h, step)) {}
 };
 
-template <class Acc>
-__device__ __forceinline__ OptimScalars<Acc> optim_scalars(const double* h, float step,
-                                                           OptimKind kind) {
-  OptimScalars<Acc> s{};
-  if (kind == kOptAdam) s.adam = optim_rules::adam_scalars<Acc>(h, step);
-  if (kind == kOptRmsprop) s.rmsprop = optim_rules::rmsprop_scalars<Acc>(h);
-  if (kind == kOptAdagrad) s.adagrad = optim_rules::adagrad_scalars<Acc>(h, step);
-  return s;
-}
-
-template <class Acc>
-__device__ __forceinline__ void optim_element(Acc& p, Acc g, Acc* st, const OptimScalars<Acc>& s,
-                                              OptimFlags f) {
-  switch (f.kind) {
-    case kOptAdam:
-      optim_rules::adam_element<Acc>(p, g, st[0], st[1], st[2], s.adam,
-                                     {f.amsgrad, f.decoupled, f.maximize});
-      break;
-    case kOptRmsprop: {
-      // Layout order: square_avg, (momentum_buffer), (grad_avg).
-      Acc& buf = st[1];
-      Acc& avg = st[f.momentum ? 2 : 1];
-      optim_rules::rmsprop_element<Acc>(p, g, st[0], buf, avg, s.rmsprop,
-                                        {f.momentum, f.centered, f.maximize});
-      break;
-    }
-    case kOptAdagrad:
-      optim_rules::adagrad_element<Acc>(p, g, st[0], s.adagrad, f.maximize);
-      break;
+// st: the element's states in layout order.
+template <OptimKind Kind, class Acc>
+__device__ __forceinline__ void optim_element(Acc& p, Acc g, Acc* st,
+                                              const OptimScalars<Kind, Acc>& sc, OptimFlags f) {
+  if constexpr (Kind == kOptAdam) {
+    optim_rules::adam_element<Acc>(p, g, st[0], st[1], st[2], sc.s,
+                                   {f.amsgrad, f.decoupled, f.maximize});
+  } else if constexpr (Kind == kOptRmsprop) {
+    // Layout order: square_avg, (momentum_buffer), (grad_avg).
+    optim_rules::rmsprop_element<Acc>(p, g, st[0], st[1], st[f.momentum ? 2 : 1], sc.s,
+                                      {f.momentum, f.centered, f.maximize});
+  } else {
+    optim_rules::adagrad_element<Acc>(p, g, st[0], sc.s, f.maximize);
   }
 }
 
-// Item j of tensor k: whole 16-byte vectors when every pointer is aligned, else element by
-// element. Each element is updated alone, so vectors change no value.
-template <class T, class Acc>
+// Item j of tensor k: its up to 16 bytes' worth of elements, element by element (plain loads;
+// neighbouring threads own neighbouring items, so a warp still reads whole lines).
+template <OptimKind Kind, class T, class Acc>
 __device__ __forceinline__ void optim_item(const OptimTensors& ts, int k, int64_t j,
-                                           const OptimScalars<Acc>& s, OptimFlags f) {
+                                           const OptimScalars<Kind, Acc>& sc, OptimFlags f) {
   constexpr int kVec = 16 / sizeof(T);
   T* p = static_cast<T*>(ts.param[k]);
   const T* g = static_cast<const T*>(ts.grad[k]);
-  T* st[kOptimStates];
-  for (int q = 0; q < kOptimStates; ++q) st[q] = static_cast<T*>(ts.state[q][k]);
+  T* st0 = static_cast<T*>(ts.state[0][k]);
+  T* st1 = static_cast<T*>(ts.state[1][k]);
+  T* st2 = static_cast<T*>(ts.state[2][k]);
+  const int states = ts.states;
   const int64_t n = ts.numel[k], lo = j * kVec;
-  const auto aligned = [](const void* ptr) {
-    return reinterpret_cast<unsigned long long>(ptr) % 16 == 0;
-  };
-  bool vec = (j + 1) * kVec <= n && aligned(p) && aligned(g);
-  for (int q = 0; q < ts.states; ++q) vec = vec && aligned(st[q]);
-  if (vec) {
-    uint4 pw = reinterpret_cast<const uint4*>(p)[j];
-    const uint4 gw = reinterpret_cast<const uint4*>(g)[j];
-    uint4 sw[kOptimStates] = {};
-    for (int q = 0; q < ts.states; ++q) sw[q] = reinterpret_cast<const uint4*>(st[q])[j];
-    T* pe = reinterpret_cast<T*>(&pw);
-    const T* ge = reinterpret_cast<const T*>(&gw);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      Acc pv = to_acc<Acc>(pe[e]);
-      Acc sv[kOptimStates] = {};
-      for (int q = 0; q < ts.states; ++q) sv[q] = to_acc<Acc>(reinterpret_cast<T*>(&sw[q])[e]);
-      optim_element<Acc>(pv, to_acc<Acc>(ge[e]), sv, s, f);
-      pe[e] = from_acc<T>(pv);
-      for (int q = 0; q < ts.states; ++q) reinterpret_cast<T*>(&sw[q])[e] = from_acc<T>(sv[q]);
-    }
-    reinterpret_cast<uint4*>(p)[j] = pw;
-    for (int q = 0; q < ts.states; ++q) reinterpret_cast<uint4*>(st[q])[j] = sw[q];
-    return;
-  }
   const int64_t hi = lo + kVec < n ? lo + kVec : n;
   for (int64_t i = lo; i < hi; ++i) {
     Acc pv = to_acc<Acc>(p[i]);
-    Acc sv[kOptimStates] = {};
-    for (int q = 0; q < ts.states; ++q) sv[q] = to_acc<Acc>(st[q][i]);
-    optim_element<Acc>(pv, to_acc<Acc>(g[i]), sv, s, f);
+    Acc sv[kOptimStates] = {Acc(0), Acc(0), Acc(0)};
+    if (states > 0) sv[0] = to_acc<Acc>(st0[i]);
+    if (states > 1) sv[1] = to_acc<Acc>(st1[i]);
+    if (states > 2) sv[2] = to_acc<Acc>(st2[i]);
+    optim_element<Kind, Acc>(pv, to_acc<Acc>(g[i]), sv, sc, f);
     p[i] = from_acc<T>(pv);
-    for (int q = 0; q < ts.states; ++q) st[q][i] = from_acc<T>(sv[q]);
+    if (states > 0) st0[i] = from_acc<T>(sv[0]);
+    if (states > 1) st1[i] = from_acc<T>(sv[1]);
+    if (states > 2) st2[i] = from_acc<T>(sv[2]);
   }
 }
 
@@ -134,6 +112,7 @@ __device__ __forceinline__ void optim_item(const OptimTensors& ts, int k, int64_
 // null, or a counter that is 0 at launch: then the launch also sets step to its old value + 1
 // once every block has read the old one. error_raised: the device error flag's word (null skips
 // the check).
+template <OptimKind Kind>
 __global__ void optim_update_kernel(OptimTensors ts, const double* __restrict__ hyper, float* step,
                                     unsigned* step_ticket, OptimFlags f,
                                     const unsigned* error_raised) {
@@ -144,8 +123,8 @@ __global__ void optim_update_kernel(OptimTensors ts, const double* __restrict__ 
     failed = error_raised != nullptr && *static_cast<const volatile unsigned*>(error_raised) != 0;
   }
   __syncthreads();
-  const OptimScalars<float> sf = optim_scalars<float>(hyper, step_seen, f.kind);
-  const OptimScalars<double> sd = optim_scalars<double>(hyper, step_seen, f.kind);
+  const OptimScalars<Kind, float> sf(hyper, step_seen);
+  const OptimScalars<Kind, double> sd(hyper, step_seen);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t items = failed ? 0 : ts.first_item[ts.count];
   int k = 0;
@@ -155,16 +134,16 @@ __global__ void optim_update_kernel(OptimTensors ts, const double* __restrict__ 
     const int64_t j = i - ts.first_item[k];
     switch (ts.dtype[k]) {
       case kOptF32:
-        optim_item<float, float>(ts, k, j, sf, f);
+        optim_item<Kind, float, float>(ts, k, j, sf, f);
         break;
       case kOptF64:
-        optim_item<double, double>(ts, k, j, sd, f);
+        optim_item<Kind, double, double>(ts, k, j, sd, f);
         break;
       case kOptF16:
-        optim_item<__half, float>(ts, k, j, sf, f);
+        optim_item<Kind, __half, float>(ts, k, j, sf, f);
         break;
       case kOptBF16:
-        optim_item<__nv_bfloat16, float>(ts, k, j, sf, f);
+        optim_item<Kind, __nv_bfloat16, float>(ts, k, j, sf, f);
         break;
     }
   }

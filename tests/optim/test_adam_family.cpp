@@ -82,7 +82,7 @@ TEST_CASE("Adam family: a parameter given twice is an error", "[optim]") {
                     Contains("already parameter 0 of group 0"));
 }
 
-TEST_CASE("Adam: one update op per group and step, state names as PyTorch's", "[optim]") {
+TEST_CASE("Adam: one update op per group and step with PyTorch's state names", "[optim]") {
   std::vector<Tensor> ps = {param({1, 2, 3}), param({4}), param({5, 6})};
   std::vector<optim::ParamGroup> groups;
   groups.emplace_back(std::vector<Tensor>{ps[0], ps[1]});
@@ -157,7 +157,7 @@ TEST_CASE("Adam under jit::compile: set_lr and set_betas take effect with no rec
   CHECK(step.stats().graph_breaks == 0);
 }
 
-TEST_CASE("Adam family: state save/load resumes identically; a bad file changes nothing",
+TEST_CASE("Adam family: a saved state resumes identically and a bad file changes nothing",
           "[optim]") {
   test::TempDir dir;
   const std::string path = (dir.path() / "opt.safetensors").string();
@@ -198,7 +198,7 @@ TEST_CASE("Adam family: state save/load resumes identically; a bad file changes 
   CHECK_FALSE(third.state(0, 0, "square_avg").defined());
 }
 
-TEST_CASE("clip_grad_norm_ / clip_grad_value_ against float64, on the device, traced",
+TEST_CASE("clip_grad_norm_ and clip_grad_value_ against float64 on the device and traced",
           "[optim][clip]") {
   Tensor a = param({3, -4, 1}), b = param({2, 0.5});
   a.set_grad(test::make({3, -4, 1}, {3}, kFloat32));

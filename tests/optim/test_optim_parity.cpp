@@ -299,12 +299,12 @@ void check_all(Device dev) {
 
 }  // namespace
 
-TEST_CASE("optim parity with PyTorch: Adam family, clipping, schedules, resume (CPU)",
+TEST_CASE("optim parity with PyTorch: the Adam family with clipping and schedules and a resumed AdamW (CPU)",
           "[optim][parity]") {
   check_all(Device::cpu());
 }
 
-TEST_CASE("optim parity with PyTorch: Adam family, clipping, schedules, resume (CUDA)",
+TEST_CASE("optim parity with PyTorch: the Adam family with clipping and schedules and a resumed AdamW (CUDA)",
           "[optim][parity][cuda]") {
   EMBER_REQUIRE_CUDA();
   check_all(Device::cuda(0));

@@ -116,7 +116,7 @@ TEST_CASE("lr schedules follow PyTorch's sequences", "[optim][sched]") {
   }
 }
 
-TEST_CASE("lr schedules: state_dict resumes the same sequence; bad options are errors",
+TEST_CASE("lr schedules: state_dict resumes the same sequence and bad options are errors",
           "[optim][sched]") {
   Tensor p = test::make({0.0}, {1}, kFloat32).requires_grad_();
   optim::SGD a({p}, optim::SGDOptions(0.1));
@@ -147,4 +147,13 @@ TEST_CASE("lr schedules: state_dict resumes the same sequence; bad options are e
   CHECK_THROWS_WITH(optim::LinearLR(b, 0.0), Contains("start_factor"));
   CHECK_THROWS_WITH(optim::CosineAnnealingLR(b, 0), Contains("T_max"));
   CHECK_THROWS_WITH(optim::OneCycleLR(b, 0.1, 0), Contains("total_steps"));
+  // A tensor metric is read on the host; it must be one number.
+  optim::PlateauOptions po;
+  po.patience = 0;
+  optim::ReduceLROnPlateau plateau(b, po);
+  const double before = b.get_lr(0);
+  plateau.step(test::make({1.0}, {}, kFloat32));
+  plateau.step(test::make({2.0}, {}, kFloat32));  // worse, patience 0: the lr drops
+  CHECK(b.get_lr(0) == Approx(before * 0.1));
+  CHECK_THROWS_WITH(plateau.step(test::make({1.0, 2.0}, {2}, kFloat32)), Contains("one number"));
 }
