@@ -29,6 +29,7 @@ void ForeachOptimizer::add_groups(std::vector<ParamGroup> groups) {
 
 void ForeachOptimizer::on_group_added(size_t group) {
   state_.emplace_back();
+  state_[group].spec = spec(*groups_[group].options);
   state_[group].states.assign(state_names_.size(),
                               std::vector<Tensor>(groups_[group].params.size()));
   for (const Tensor& p : groups_[group].params) slot_for(group, p.device());
@@ -74,6 +75,7 @@ void ForeachOptimizer::replace_options(size_t group, std::unique_ptr<OptimizerOp
   // which tensors it reads, so a compiled step must retrace.
   if (before.keeps != after.keeps || !attrs_equal(before.flags, after.flags)) bump_config_epoch();
   groups_[group].options = std::move(next);
+  state_[group].spec = after;
   write_hyper(group);
 }
 
@@ -117,8 +119,8 @@ void ForeachOptimizer::check_grads() const {
 
 void ForeachOptimizer::run_update(size_t group, size_t slot, const std::vector<size_t>& idx,
                                   bool count_step) {
-  const UpdateSpec sp = spec(*groups_[group].options);
   GroupState& st = state_[group];
+  const UpdateSpec& sp = st.spec;
   const std::vector<Tensor>& params = groups_[group].params;
   DeviceSlot& s = st.slots[slot];
   inputs_.clear();
@@ -151,7 +153,7 @@ void ForeachOptimizer::step() {
     GroupState& st = state_[g];
     const std::vector<Tensor>& params = groups_[g].params;
     const OptimizerOptions& o = *groups_[g].options;
-    const UpdateSpec sp = spec(o);
+    const UpdateSpec& sp = st.spec;
     size_t n_buckets = 0;
     grads_.resize(params.size());
     for (size_t i = 0; i < params.size(); ++i) {

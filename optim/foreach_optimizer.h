@@ -91,6 +91,7 @@ class ForeachOptimizer : public Optimizer {
     Tensor one;    // float32 1, made once: the increment of a step no update of the slot counted
   };
   struct GroupState {
+    UpdateSpec spec;  // spec(options), kept so step() allocates nothing once warm
     std::vector<std::vector<Tensor>> states;  // [state][param], undefined until first needed
     std::vector<DeviceSlot> slots;
     int64_t steps = 0;  // host mirror of `step`, so step() never reads the device
