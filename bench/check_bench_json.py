@@ -33,22 +33,30 @@ DEFAULT_SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schem
                               "bench.schema.json")
 
 
-def floor_counts(layers, momentum, batch):
-    """The brief's floor: GEMM FLOPs (no gradient for the input) and minimum bytes per step."""
+def optimizer_states(optimizer):
+    """State tensors per parameter the update reads and writes: AdamW 2, SGD 1 with momentum."""
+    if optimizer.get("name") == "adamw":
+        return 2
+    return 1 if optimizer.get("momentum", 0) > 0 else 0
+
+
+def floor_counts(layers, momentum, batch, states=None):
+    """The brief's floor: GEMM FLOPs (no gradient for the input) and minimum bytes per step.
+    `states` (optimizer_states) overrides what `momentum` implies."""
     pairs = list(zip(layers[:-1], layers[1:]))
     gemm = sum(i * o for i, o in pairs)
     params = sum(i * o + o for i, o in pairs)
-    m = 1 if momentum > 0 else 0
+    m = states if states is not None else (1 if momentum > 0 else 0)
     flops = 6 * batch * gemm - 2 * batch * layers[0] * layers[1]
     per_sample = 2 * layers[0] + 5 * sum(layers[1:-1]) + 4 * layers[-1]
     nbytes = 4 * (params * (5 + 2 * m) + batch * per_sample)
     return flops, nbytes
 
 
-def row_floor_counts(layers, momentum, batch, mode):
+def row_floor_counts(layers, momentum, batch, mode, states=None):
     """A row's floor counts; mode dynamic: the mean over the schedule its steps cycle through."""
     batches = dynamic_schedule(batch) if mode == "dynamic" else [batch]
-    counts = [floor_counts(layers, momentum, b) for b in batches]
+    counts = [floor_counts(layers, momentum, b, states) for b in batches]
     return (sum(c[0] for c in counts) / len(counts), sum(c[1] for c in counts) / len(counts))
 
 
@@ -125,7 +133,8 @@ def check_rows(doc):
         fl = row["floor"]
         if spec is not None:
             want_f, want_b = row_floor_counts(spec["layers"], spec["optimizer"]["momentum"],
-                                              row["batch"], row["mode"])
+                                              row["batch"], row["mode"],
+                                              optimizer_states(spec["optimizer"]))
             if not close(fl["flops"], want_f, REL_COUNTS):
                 bad("floor.flops {} != formula {}".format(fl["flops"], want_f))
             if not close(fl["bytes"], want_b, REL_COUNTS):

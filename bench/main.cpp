@@ -53,6 +53,7 @@ struct RunOptions {
   bool no_first_step = false;
   bool no_kernel_count = false;
   int threads = 0;  // 0: the intra-op pool's default (EMBER_NUM_THREADS or every core)
+  std::string optimizer = "sgd";
 };
 
 struct ProbeOptions {
@@ -60,6 +61,7 @@ struct ProbeOptions {
   int64_t batch = 0;
   uint64_t seed = 0;
   bool tf32 = false;
+  std::string optimizer = "sgd";
 };
 
 Device pick_device(const std::string& name) {
@@ -195,8 +197,11 @@ int cmd_run(RunOptions o, const std::string& command) {
   no_repeats(o.batches, "batches");
   no_repeats(o.modes, "modes");
   no_repeats(o.workloads, "workloads");
+  std::vector<Workload> selected;
+  for (const std::string& name : o.workloads)
+    selected.push_back(with_optimizer(find_workload(name), o.optimizer));
   std::vector<const Workload*> workloads;
-  for (const std::string& name : o.workloads) workloads.push_back(&find_workload(name));
+  for (const Workload& w : selected) workloads.push_back(&w);
   set_allow_tf32(o.tf32);
   if (o.threads > 0) set_num_threads(o.threads);
 
@@ -342,7 +347,7 @@ int cmd_child(const ProbeOptions& p, bool count_kernels) {
   s.dev = pick_device(p.device);
   s.seed = p.seed;
   s.tf32 = p.tf32;
-  const Workload& w = find_workload(p.workload);
+  const Workload w = with_optimizer(find_workload(p.workload), p.optimizer);
   const std::vector<int64_t> schedule = schedule_for(p.mode, p.batch);
   const double v = count_kernels ? kernels_per_step_here(w, p.mode, schedule, s)
                                  : first_step_ms_here(w, p.mode, schedule, s);
@@ -391,6 +396,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   run->add_option("--seed", ro.seed, "seed of the default generator")->capture_default_str();
   run->add_flag("--tf32", ro.tf32, "allow TF32 in float32 GEMMs on the GPU");
+  run->add_option("--optimizer", ro.optimizer,
+                  "sgd (each workload's own) or adamw (AdamW, PyTorch's defaults) for every workload")
+      ->check(CLI::IsMember({"sgd", "adamw"}))
+      ->capture_default_str();
   run->add_option("--json", ro.json_path, "write every figure to this JSON file (bench/schema)");
   run->add_flag("--no-first-step", ro.no_first_step,
                 "skip the first-step figures (each takes two new processes)");
@@ -410,6 +419,7 @@ int main(int argc, char** argv) {
     sub->add_option("--mode", po.mode)->required()->check(CLI::IsMember(all_modes()));
     sub->add_option("--seed", po.seed);
     sub->add_flag("--tf32", po.tf32);
+    sub->add_option("--optimizer", po.optimizer);
     return sub;
   };
   CLI::App* probe = add_child("probe", "time the first step in this new process");

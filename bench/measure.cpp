@@ -65,11 +65,10 @@ void sync(Device dev) {
 // parameters after the move.
 struct State {
   nn::Sequential model;
-  optim::SGD opt;
+  std::unique_ptr<optim::Optimizer> opt;
   nn::CrossEntropyLoss criterion;
   State(const Workload& w, Device dev)
-      : model(on_device(build_model(w), dev)),
-        opt(model->parameters(), optim::SGDOptions(w.lr).momentum(w.momentum)) {}
+      : model(on_device(build_model(w), dev)), opt(make_optimizer(w, model->parameters())) {}
   static nn::Sequential on_device(nn::Sequential m, Device dev) {
     m->to(dev);
     return m;
@@ -81,10 +80,10 @@ struct State {
 struct StepFn {
   State* s;
   Tensor operator()(const Tensor& x, const Tensor& y) const {
-    s->opt.zero_grad();
+    s->opt->zero_grad();
     Tensor loss = s->criterion(s->model(x), y);
     loss.backward();
-    s->opt.step();
+    s->opt->step();
     return loss;
   }
 };
@@ -342,7 +341,8 @@ std::vector<std::string> child_args(const char* command, const Workload& w, cons
                                     int64_t batch, const Settings& s) {
   std::vector<std::string> a = {command, "--device", s.dev.str(),           "--workload",
                                 w.name,  "--batch",  std::to_string(batch), "--mode",
-                                mode,    "--seed",   std::to_string(s.seed)};
+                                mode,    "--seed",   std::to_string(s.seed),
+                                "--optimizer", w.optimizer};
   if (s.tf32) a.emplace_back("--tf32");
   return a;
 }

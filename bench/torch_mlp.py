@@ -129,21 +129,45 @@ def dynamic_schedule(batch):
     return [max(1, b) for b in (batch, three_q, batch // 2, three_q + 1)]
 
 
-def floor_counts(layers, momentum, batch):
-    """The brief's floor: GEMM FLOPs per step (no gradient for the input) and minimum bytes."""
+def with_optimizer(spec, optimizer):
+    """The workload trained by `optimizer`: "sgd" as defined; "adamw" / "adamw-fused": AdamW with
+    PyTorch's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2), foreach=True
+    or fused=True. Ember's ember_bench --optimizer adamw describes the same workload."""
+    spec = copy.deepcopy(spec)
+    if optimizer == "sgd":
+        return spec
+    if optimizer not in ("adamw", "adamw-fused"):
+        raise ValueError("unknown optimizer {!r}".format(optimizer))
+    spec["optimizer"] = {"name": "adamw", "lr": 1e-3, "momentum": 0.0, "weight_decay": 1e-2,
+                         "betas": [0.9, 0.999], "eps": 1e-8}
+    if optimizer == "adamw-fused":
+        spec["optimizer"]["impl"] = "fused"
+    return spec
+
+
+def optimizer_states(optimizer):
+    """State tensors per parameter the update reads and writes: AdamW 2, SGD 1 with momentum."""
+    if optimizer.get("name") == "adamw":
+        return 2
+    return 1 if optimizer.get("momentum", 0) > 0 else 0
+
+
+def floor_counts(layers, momentum, batch, states=None):
+    """The brief's floor: GEMM FLOPs per step (no gradient for the input) and minimum bytes.
+    `states` (optimizer_states) overrides what `momentum` implies."""
     gemm = sum(i * o for i, o in zip(layers[:-1], layers[1:]))
     params = sum(i * o + o for i, o in zip(layers[:-1], layers[1:]))
-    m = 1 if momentum > 0 else 0
+    m = states if states is not None else (1 if momentum > 0 else 0)
     flops = 6 * batch * gemm - 2 * batch * layers[0] * layers[1]
     nbytes = 4 * (params * (5 + 2 * m)
                   + batch * (2 * layers[0] + 5 * sum(layers[1:-1]) + 4 * layers[-1]))
     return flops, nbytes
 
 
-def floor_entry(layers, momentum, batch, peak, us_per_step, mode=None):
+def floor_entry(layers, momentum, batch, peak, us_per_step, mode=None, states=None):
     """The row's floor; mode dynamic: the mean over the schedule its steps cycle through."""
     batches = dynamic_schedule(batch) if mode == "dynamic" else [batch]
-    counts = [floor_counts(layers, momentum, b) for b in batches]
+    counts = [floor_counts(layers, momentum, b, states) for b in batches]
     flops = sum(c[0] for c in counts) / len(counts)
     nbytes = sum(c[1] for c in counts) / len(counts)
     us = 1e6 * max(flops / peak["flops_per_s"], nbytes / peak["bytes_per_s"])
@@ -177,7 +201,7 @@ def ok_row(workload, batch, mode, m, peak, first_step, loss_steps, reference_los
         "loss_rel_diff_vs_eager": 0.0 if mode == "eager" else rel_diff(m["loss"], reference_loss),
         "recompiles": m["recompiles"],
         "floor": floor_entry(spec["layers"], spec["optimizer"]["momentum"], batch, peak, us,
-                             mode),
+                             mode, optimizer_states(spec["optimizer"])),
     }
     if mode == "dynamic":
         row["batches"] = dynamic_schedule(batch)
@@ -251,7 +275,8 @@ def merge_documents(docs):
             if row["status"] == "ok":
                 spec = out["workloads"][row["workload"]]
                 row["floor"] = floor_entry(spec["layers"], spec["optimizer"]["momentum"],
-                                           row["batch"], peak, row["us_per_step"], row["mode"])
+                                           row["batch"], peak, row["us_per_step"], row["mode"],
+                                           optimizer_states(spec["optimizer"]))
             out["results"].append(row)
     return out
 
@@ -430,9 +455,11 @@ def machine_info(torch, device, peak):
     }
 
 
-def build_training(torch, spec, device, seed):
+def build_training(torch, spec, device, seed, mode=None):
     """A fresh model from the seed (initialized on the CPU, then moved: the same weights on every
-    device and in every mode), its optimizer, and the step function all modes share."""
+    device and in every mode), its optimizer, and the step function all modes share. AdamW runs
+    foreach=True (or fused=True, spec "impl"); captured in a CUDA graph it needs capturable=True
+    (the step count then stays on the device)."""
     nn = torch.nn
     torch.manual_seed(seed)
     layers = spec["layers"]
@@ -443,8 +470,14 @@ def build_training(torch, spec, device, seed):
             # GELU's default is the exact (erf) form, the brief's choice.
             mods.append(nn.ReLU() if spec["activation"] == "relu" else nn.GELU())
     model = nn.Sequential(*mods).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=spec["optimizer"]["lr"],
-                          momentum=spec["optimizer"]["momentum"])
+    o = spec["optimizer"]
+    if o["name"] == "adamw":
+        impl = {"fused": True} if o.get("impl") == "fused" else {"foreach": True}
+        opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]),
+                                eps=o["eps"], weight_decay=o["weight_decay"],
+                                capturable=(mode == "cuda-graph"), **impl)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"])
     loss_fn = nn.CrossEntropyLoss()
 
     def step(x, y):
@@ -500,9 +533,11 @@ class CudaGraphStep:
         with torch.no_grad():
             for p, p0 in zip(params, start):
                 p.copy_(p0)
+            # AdamW's exp_avg, exp_avg_sq and (capturable) step likewise restart from zero.
             for state in self.opt.state.values():
-                if state.get("momentum_buffer") is not None:
-                    state["momentum_buffer"].zero_()
+                for v in state.values():
+                    if torch.is_tensor(v):
+                        v.zero_()
         # Gradients are None here, so backward allocates them from the graph's pool and each
         # replay writes them afresh (the step's own zero_grad is then a no-op during capture).
         self.opt.zero_grad(set_to_none=True)
@@ -609,7 +644,7 @@ def measure_row(ctx, workload, batch, mode):
     release(torch, ctx.cuda)
     if ctx.cuda:
         torch.cuda.reset_peak_memory_stats()
-    model, opt, step = build_training(torch, spec, ctx.device, args.seed)
+    model, opt, step = build_training(torch, spec, ctx.device, args.seed, mode)
     stepper = make_stepper(torch, mode, model, opt, step)
     batches = Batches(torch, ctx.device, args.seed, schedule, spec["layers"][0],
                       spec["layers"][-1])
@@ -686,7 +721,7 @@ def probe_main(args):
     device = resolve_device(torch, args.device)
     spec = WORKLOADS[workload]
     schedule = dynamic_schedule(batch) if mode == "dynamic" else [batch]
-    model, opt, step = build_training(torch, spec, device, args.seed)
+    model, opt, step = build_training(torch, spec, device, args.seed, mode)
     stepper = make_stepper(torch, mode, model, opt, step)
     batches = Batches(torch, device, args.seed, schedule, spec["layers"][0], spec["layers"][-1])
     if device == "cuda":
@@ -717,7 +752,7 @@ def probe_first_step(args, device, workload, batch, mode):
     """(cold_ms, warm_ms): two new processes sharing a fresh compile cache directory."""
     cmd = [sys.executable, os.path.abspath(__file__), "--probe",
            "{},{},{}".format(workload, batch, mode), "--device", device, "--seed",
-           str(args.seed)] + (["--tf32"] if args.tf32 else [])
+           str(args.seed), "--optimizer", args.optimizer] + (["--tf32"] if args.tf32 else [])
     with tempfile.TemporaryDirectory(prefix="torch_mlp_cache_") as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache,
                    TRITON_CACHE_DIR=os.path.join(cache, "triton"))
@@ -846,6 +881,9 @@ def parse_args(argv=None):
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (off by default)")
     ap.add_argument("--threads", type=positive, default=None,
                     help="torch.set_num_threads (CPU intra-op threads; default: torch's)")
+    ap.add_argument("--optimizer", choices=["sgd", "adamw", "adamw-fused"], default="sgd",
+                    help="sgd (each workload's own) or AdamW for every workload, foreach=True "
+                         "(adamw) or fused=True (adamw-fused)")
     ap.add_argument("--json", metavar="PATH", help="write the results here")
     ap.add_argument("--no-first-step", action="store_true",
                     help="skip the first-step probes (new processes); first_step_ms is null")
@@ -873,7 +911,9 @@ def write_json(doc, path):
 
 
 def main(argv=None):
+    global WORKLOADS
     args = parse_args(argv)
+    WORKLOADS = {w: with_optimizer(s, args.optimizer) for w, s in WORKLOADS.items()}
     if args.probe:
         return probe_main(args)
     if args.merge:

@@ -23,11 +23,37 @@ const Workload& find_workload(const std::string& name) {
   EMBER_FAIL("ember_bench: unknown workload '", name, "' (known: ", known.str(), ")");
 }
 
+Workload with_optimizer(const Workload& w, const std::string& optimizer) {
+  Workload out = w;
+  if (optimizer == "sgd") return out;
+  EMBER_CHECK(optimizer == "adamw", "ember_bench: unknown optimizer '", optimizer,
+              "' (known: sgd, adamw)");
+  out.optimizer = "adamw";
+  out.lr = 1e-3;
+  out.momentum = 0;
+  out.weight_decay = 1e-2;
+  return out;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Workload& w, std::vector<Tensor> params) {
+  if (w.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(
+        std::move(params), optim::AdamWOptions(w.lr).weight_decay(w.weight_decay));
+  return std::make_unique<optim::SGD>(std::move(params),
+                                      optim::SGDOptions(w.lr).momentum(w.momentum));
+}
+
 nlohmann::json describe(const Workload& w) {
+  nlohmann::json o = {{"name", w.optimizer}, {"lr", w.lr}, {"momentum", w.momentum}};
+  if (w.optimizer == "adamw") {
+    o["weight_decay"] = w.weight_decay;
+    o["betas"] = {0.9, 0.999};
+    o["eps"] = 1e-8;
+  }
   return {{"layers", w.layers},
           {"activation", w.activation},
           {"loss", "cross_entropy"},
-          {"optimizer", {{"name", "sgd"}, {"lr", w.lr}, {"momentum", w.momentum}}}};
+          {"optimizer", o}};
 }
 
 nn::Sequential build_model(const Workload& w) {
@@ -59,7 +85,7 @@ StepFloor step_floor(const Workload& w, int64_t batch) {
     mac += static_cast<double>(l[i]) * static_cast<double>(l[i + 1]);
   double hidden = 0;  // widths between the input and the logits
   for (size_t i = 1; i + 1 < l.size(); ++i) hidden += static_cast<double>(l[i]);
-  const double m = w.momentum > 0 ? 1 : 0;
+  const double m = w.optimizer == "adamw" ? 2 : w.momentum > 0 ? 1 : 0;
   StepFloor f;
   // Forward, grad of the activations and grad of the weights: 2 FLOP per MAC each; the first
   // layer's input needs no gradient.

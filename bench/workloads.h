@@ -4,6 +4,7 @@
 #include <ember/ember.h>
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,12 +17,22 @@ struct Workload {
   std::string activation;       // "relu" or "gelu" (exact, erf), between the Linear layers
   double lr = 0.01;
   double momentum = 0;
+  // "sgd" (lr, momentum above) or "adamw" (PyTorch's defaults: lr 1e-3, betas (0.9, 0.999),
+  // eps 1e-8, weight_decay 1e-2); the same on the PyTorch side (bench/torch_mlp.py).
+  std::string optimizer = "sgd";
+  double weight_decay = 0;
 };
 
 // Every workload, in the order a run takes them.
 const std::vector<Workload>& all_workloads();
 // The workload of that name; an ember::Error naming the known ones otherwise.
 const Workload& find_workload(const std::string& name);
+
+// `w` trained by `optimizer` ("sgd": as defined; "adamw": AdamW with PyTorch's defaults); an
+// ember::Error naming the known ones otherwise.
+Workload with_optimizer(const Workload& w, const std::string& optimizer);
+// The workload's optimizer over `params`.
+std::unique_ptr<optim::Optimizer> make_optimizer(const Workload& w, std::vector<Tensor> params);
 
 // The schema's description of a workload ("workloads" entry).
 nlohmann::json describe(const Workload& w);
@@ -35,7 +46,8 @@ int64_t parameter_count(const Workload& w);
 // The minimum work of one step at batch B (the formula in bench/schema and the README):
 //   flops = 6*B*sum(in*out) - 2*B*layers[0]*layers[1]   (no gradient for the input)
 //   bytes = 4*(P*(5 + 2m) + B*(2*layers[0] + 5*sum(hidden widths) + 4*layers.back()))
-// P the parameter count, m = 1 with momentum.
+// P the parameter count, m the optimizer's state tensors per parameter (SGD with momentum 1,
+// AdamW 2: each read and written once).
 struct StepFloor {
   double flops = 0;
   double bytes = 0;

@@ -40,8 +40,12 @@ struct MultiTensorLayout {
   int32_t state_groups = 0;  // state tensors per parameter (SGD's momentum buffer: one)
   bool writes_step = false;
 
+  // attrs.num_states counts the state tensors of the updates that set it (Adam's exp_avg,
+  // exp_avg_sq, ...); sgd_update leaves it 0 and has one state group with momentum buffers.
   static MultiTensorLayout of(const Attrs& a) {
-    return {a.num_tensors, a.momentum_buffers ? 1 : 0, a.increment_step};
+    const int32_t states =
+        a.num_states > 0 ? static_cast<int32_t>(a.num_states) : (a.momentum_buffers ? 1 : 0);
+    return {a.num_tensors, states, a.increment_step};
   }
   static constexpr size_t kHyper = 0, kStep = 1;
   size_t param(int64_t i) const { return static_cast<size_t>(2 + i); }
@@ -59,6 +63,17 @@ struct MultiTensorLayout {
     if (writes_step) f(kStep);
   }
 };
+
+// What a multi-tensor update's flags ask of its inputs: the length and dtype of its
+// hyperparameter vector and its state tensors per parameter (core/meta.cpp). The Adam family
+// keeps its hyperparameters in float64, so the scalars the kernel derives from them (1 - beta,
+// bias corrections, lr / bias correction) are PyTorch's, which computes them in Python floats.
+struct MultiTensorShape {
+  int64_t hyper = 0;
+  int32_t states = 0;
+  DType hyper_dtype = kFloat32;
+};
+MultiTensorShape multi_tensor_shape(OpId op, const Attrs& a);
 
 // Observers of dispatched ops, for layers above core (autograd, the JIT's tracer). Core calls
 // them after the kernel ran; they are plain function pointers so an unobserved op pays one
@@ -107,8 +122,9 @@ void set_autograd_inplace_check(InplaceCheck fn);
 //    CUDA with attrs.rng_state set: seed = rng_state[0], first counter rng_state[1] + offset):
 //    rand -> uniform (rounded below 1 in the dtype), randn -> normal, randint -> integer in
 //    [attrs.lo, attrs.hi).
-//  MultiTensor (sgd_update): `out` is undefined; the kernel updates its inputs in place (layout:
-//    MultiTensorLayout above; the update rule: optim/sgd.h); route by the inputs' device. With
+//  MultiTensor (sgd_update, adam_update, rmsprop_update, adagrad_update): `out` is undefined;
+//    the kernel updates its inputs in place (layout: MultiTensorLayout above; the update rules:
+//    optim/sgd.h, optim/adam.h, optim/rmsprop.h, optim/adagrad.h); route by the inputs' device. With
 //    attrs.increment_step it also adds 1 to the step scalar, after every read of it (each
 //    element sees the old value; on CUDA, once every block of the last launch has read it).
 //  View and Transfer ops never reach a kernel.

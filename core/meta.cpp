@@ -230,6 +230,21 @@ OutputMeta factory_meta(OpId op, const Attrs& a) {
 
 }  // namespace
 
+MultiTensorShape multi_tensor_shape(OpId op, const Attrs& a) {
+  switch (op) {
+    case OpId::sgd_update:  // {lr, momentum, dampening, weight_decay}; momentum buffers
+      return {4, a.momentum_buffers ? 1 : 0, kFloat32};
+    case OpId::adam_update:  // {lr, beta1, beta2, eps, weight_decay}; exp_avg, exp_avg_sq, max
+      return {5, a.amsgrad ? 3 : 2, kFloat64};
+    case OpId::rmsprop_update:  // {lr, alpha, eps, weight_decay, momentum}
+      return {5, 1 + (a.momentum_buffers ? 1 : 0) + (a.centered ? 1 : 0), kFloat64};
+    case OpId::adagrad_update:  // {lr, lr_decay, weight_decay, eps}; sum
+      return {4, 1, kFloat64};
+    default:
+      EMBER_FAIL(op_name(op), ": not a multi-tensor update");
+  }
+}
+
 OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
   const OpKind kind = op_info(op).kind;
   for (size_t i = 0; i < in.size(); ++i)
@@ -356,28 +371,33 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
     case OpKind::Random:
       return factory_meta(op, a);
     case OpKind::MultiTensor: {
-      // sgd_update: [hyper, step, params..., grads..., (buffers...)], updated in place.
+      // [hyper, step, params..., grads..., states...], updated in place (MultiTensorLayout).
+      const MultiTensorLayout layout = MultiTensorLayout::of(a);
       const int64_t n = a.num_tensors;
-      const size_t want = 2 + static_cast<size_t>(n) * (a.momentum_buffers ? 3 : 2);
-      EMBER_CHECK(n > 0 && in.size() == want, "sgd_update: expected ", want, " tensors for ", n,
-                  " parameters, got ", in.size());
+      const std::string_view name = op_name(op);
+      EMBER_CHECK(n > 0 && in.size() == layout.inputs(), name, ": expected ", layout.inputs(),
+                  " tensors for ", n, " parameters, got ", in.size());
+      const MultiTensorShape want = multi_tensor_shape(op, a);
+      EMBER_CHECK(layout.state_groups == want.states, name, ": ", layout.state_groups,
+                  " state tensors per parameter, but these flags need ", want.states);
       const Device dev = in[2].device();
-      EMBER_CHECK(in[0].dtype() == kFloat32 && in[0].numel() == 4 && in[0].device() == dev &&
-                      in[0].is_contiguous(),
-                  "sgd_update: hyperparameters must be a contiguous float32 [4] tensor on ",
-                  dev.str());
+      EMBER_CHECK(in[0].dtype() == want.hyper_dtype && in[0].numel() == want.hyper &&
+                      in[0].device() == dev && in[0].is_contiguous(),
+                  name, ": hyperparameters must be a contiguous ", dtype_name(want.hyper_dtype),
+                  " [", want.hyper,
+                  "] tensor on ", dev.str(), ", got ", dtype_name(in[0].dtype()), " ",
+                  in[0].sizes(), " on ", in[0].device().str());
       EMBER_CHECK(in[1].numel() == 1 && in[1].dtype() == kFloat32 && in[1].device() == dev,
-                  "sgd_update: step must be a float32 scalar on ", dev.str());
-      const int groups = a.momentum_buffers ? 3 : 2;
+                  name, ": step must be a float32 scalar on ", dev.str());
       for (int64_t i = 0; i < n; ++i) {
-        const Tensor& p = in[2 + i];
-        check_dtype(op, p.dtype(), static_cast<int>(2 + i));
-        EMBER_CHECK(p.is_contiguous(), "sgd_update: parameter ", i, " must be contiguous");
-        for (int g = 1; g < groups; ++g) {
-          const Tensor& t = in[2 + g * n + i];
+        const Tensor& p = in[layout.param(i)];
+        check_dtype(op, p.dtype(), static_cast<int>(layout.param(i)));
+        EMBER_CHECK(p.is_contiguous(), name, ": parameter ", i, " must be contiguous");
+        for (int g = -1; g < layout.state_groups; ++g) {
+          const Tensor& t = in[g < 0 ? layout.grad(i) : layout.state(g, i)];
           EMBER_CHECK(t.sizes() == p.sizes() && t.dtype() == p.dtype() && t.device() == dev &&
                           t.is_contiguous(),
-                      "sgd_update: ", g == 1 ? "gradient" : "momentum buffer", " of parameter ", i,
+                      name, ": ", g < 0 ? "gradient" : "state tensor", " of parameter ", i,
                       " is ", dtype_name(t.dtype()), " ", t.sizes(), " on ", t.device().str(),
                       ", expected a contiguous ", dtype_name(p.dtype()), " ", p.sizes(), " on ",
                       dev.str());

@@ -174,13 +174,11 @@ void Graph::writes(const Node& n, std::vector<ValueId>& roots) const {
   roots.clear();
   if (n.inplace && n.out != kNoValue) roots.push_back(values[n.out].root);
   if (op_info(n.op).kind == OpKind::MultiTensor) {
-    const int64_t k = n.attrs.num_tensors;
-    for (int64_t i = 0; i < k; ++i) roots.push_back(values[n.inputs[2 + i]].root);
-    if (n.attrs.momentum_buffers)
-      for (int64_t i = 0; i < k; ++i) roots.push_back(values[n.inputs[2 + 2 * k + i]].root);
-    // The step counter, counted in place by the update itself (optim::SGD's last update of a
-    // step): a write like the parameters', so passes keep it ordered after every read.
-    if (n.attrs.increment_step) roots.push_back(values[n.inputs[1]].root);
+    // Parameters, every state group, and the step counter when the update counts it in place
+    // (the last update of a step): a write like the parameters', so passes keep it ordered
+    // after every read.
+    MultiTensorLayout::of(n.attrs).for_each_written(
+        [&](size_t i) { roots.push_back(values[n.inputs[i]].root); });
   }
 }
 
@@ -253,8 +251,10 @@ void print_attrs(std::ostream& os, const Node& n) {
       ember::print_attrs(os, n.op, a);  // the attributes its row lists
       break;
     case OpKind::MultiTensor:
-      os << " n=" << a.num_tensors << (a.nesterov ? " nesterov" : "")
-         << (a.momentum_buffers ? " momentum" : "") << (a.increment_step ? " step+1" : "");
+      os << " n=" << a.num_tensors << " states=" << MultiTensorLayout::of(a).state_groups
+         << (a.nesterov ? " nesterov" : "") << (a.amsgrad ? " amsgrad" : "")
+         << (a.centered ? " centered" : "") << (a.maximize ? " maximize" : "")
+         << (a.increment_step ? " step+1" : "");
       break;
     default:
       break;

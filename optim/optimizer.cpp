@@ -79,4 +79,14 @@ double Optimizer::get_lr(size_t group) const {
   return groups_[group].options->get_lr();
 }
 
+double Optimizer::initial_lr(size_t group) const {
+  check_group(group, "initial_lr");
+  return groups_[group].initial_lr;
+}
+
+void Optimizer::set_initial_lr(size_t group, double lr) {
+  check_group(group, "set_initial_lr");
+  groups_[group].initial_lr = lr;
+}
+
 }  // namespace ember::optim

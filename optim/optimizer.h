@@ -33,11 +33,14 @@ struct ParamGroup {
                                                                    const Options& options)
       : params(std::move(params)), options(std::make_unique<Options>(options)) {}
   ParamGroup(const ParamGroup& o)
-      : params(o.params), options(o.options ? o.options->clone() : nullptr) {}
+      : params(o.params),
+        options(o.options ? o.options->clone() : nullptr),
+        initial_lr(o.initial_lr) {}
   ParamGroup& operator=(const ParamGroup& o) {
     if (this != &o) {
       params = o.params;
       options = o.options ? o.options->clone() : nullptr;
+      initial_lr = o.initial_lr;
     }
     return *this;
   }
@@ -46,6 +49,10 @@ struct ParamGroup {
 
   std::vector<Tensor> params;
   std::unique_ptr<OptimizerOptions> options;
+  // The lr the first scheduler attached to the optimizer found (PyTorch's group["initial_lr"]):
+  // every later scheduler's base lr, so schedulers built one after another (SequentialLR's)
+  // all start from the same rate. Negative until a scheduler sets it.
+  double initial_lr = -1;
 };
 
 // Everything an optimizer needs to resume: named tensors (buffers, step counters,
@@ -79,6 +86,9 @@ class Optimizer {
   void set_lr(double lr);
   void set_lr(size_t group, double lr);
   double get_lr(size_t group) const;
+  // ParamGroup::initial_lr of a group (schedulers set it).
+  double initial_lr(size_t group) const;
+  void set_initial_lr(size_t group, double lr);
 
   virtual std::string_view name() const = 0;  // "SGD"
   // A snapshot of the optimizer's state (tensors may live on the device), and its inverse,

@@ -13,4 +13,6 @@ void cat(const KernelCall& call);            // cat.cpp
 void arange(const KernelCall& call);         // random.cpp
 void random(const KernelCall& call);         // random.cpp
 void multi_tensor(const KernelCall& call);   // multi_tensor.cpp (sgd_update)
+// optimizer_kernels.cpp (adam_update, rmsprop_update, adagrad_update)
+void optimizer_update(const KernelCall& call);
 }  // namespace ember::kernels::cpu

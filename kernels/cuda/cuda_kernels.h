@@ -15,4 +15,6 @@ void cat(const KernelCall& call);
 void arange(const KernelCall& call);
 void random(const KernelCall& call);
 void multi_tensor(const KernelCall& call);  // sgd_update (optim/)
+// adam_update, rmsprop_update, adagrad_update (optimizer_kernels.cu)
+void optimizer_update(const KernelCall& call);
 }  // namespace ember::kernels::cuda

@@ -704,6 +704,30 @@ Entry entry_for(OpId op, Rng& r) {
         return out;
       });
 
+    case OpId::adam_update:
+    case OpId::rmsprop_update:
+    case OpId::adagrad_update:
+      // In place, no output, nothing recorded on the parameter even when the gradient input
+      // requires grad (kernels and their numbers: tests/core/op_trials_adam_family.cpp).
+      return not_differentiable([op] {
+        Tensor p = from_vector<float>({1, 2, 3}, {3});
+        Tensor g = from_vector<float>({0.5f, 1, -1}, {3});
+        g.requires_grad_();
+        std::vector<double> h = {0.5, 0.9, 0.99, 1e-8, 0};
+        if (op == OpId::adagrad_update) h.resize(4);
+        Attrs a;
+        a.num_tensors = 1;
+        a.num_states = op == OpId::adam_update ? 2 : 1;
+        std::vector<Tensor> in = {from_vector(h, {static_cast<int64_t>(h.size())}), zeros({}), p,
+                                  g};
+        for (int64_t k = 0; k < a.num_states; ++k) in.push_back(zeros({3}));
+        const Tensor out = dispatch(op, std::span<const Tensor>(in), a);
+        CHECK(p.is_leaf());
+        CHECK_FALSE(p.requires_grad());
+        CHECK(p.to_vector<float>() != std::vector<float>{1, 2, 3});
+        return out;
+      });
+
     case OpId::to_device:
       return grad({{"to the same device",
                     {U({2, 3})},

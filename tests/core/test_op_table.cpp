@@ -141,6 +141,9 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::randn, random_trials},
       {OpId::randint, random_trials},
       {OpId::sgd_update, sgd_update_trials},
+      {OpId::adam_update, adam_update_trials},
+      {OpId::rmsprop_update, rmsprop_update_trials},
+      {OpId::adagrad_update, adagrad_update_trials},
       {OpId::to_device, to_device_trials},
   };
   return k;

@@ -1,0 +1,79 @@
+#include "nn/clip_grad.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/ops.h"
+
+namespace ember::nn::utils {
+
+namespace {
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params, const char* who) {
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    EMBER_CHECK(params[i].defined(), who, ": parameter ", i, " is undefined");
+    Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    EMBER_CHECK(is_floating(g.dtype()), who, ": the gradient of parameter ", i, " is ",
+                dtype_name(g.dtype()), "; expected a floating dtype");
+    if (!grads.empty())
+      EMBER_CHECK(g.device() == grads[0].device(), who, ": the gradient of parameter ", i,
+                  " is on ", g.device().str(), ", an earlier one on ", grads[0].device().str(),
+                  "; all gradients must share a device");
+    grads.push_back(std::move(g));
+  }
+  return grads;
+}
+}  // namespace
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  const char* who = "clip_grad_norm_";
+  EMBER_CHECK(!std::isnan(max_norm), who, ": max_norm is NaN");
+  EMBER_CHECK(std::isinf(norm_type) ? norm_type > 0 : norm_type >= 1, who,
+              ": norm_type must be >= 1 or inf, got ", norm_type);
+  NoGradGuard no_grad;
+  const std::vector<Tensor> grads = grads_of(params, who);
+  if (grads.empty()) return zeros({});
+  // Per-gradient norms, then the norm of those (PyTorch's order, so the rounding matches).
+  std::vector<Tensor> norms;
+  norms.reserve(grads.size());
+  const bool inf = std::isinf(norm_type);
+  for (const Tensor& g : grads) {
+    const Tensor g32 = g.dtype() == kFloat64 ? g : g.to(kFloat32);
+    if (inf)
+      norms.push_back(amax(abs(g32)));
+    else if (norm_type == 2)
+      norms.push_back(sqrt(sum(g32 * g32)));
+    else
+      norms.push_back(pow(sum(pow(abs(g32), norm_type)), 1.0 / norm_type));
+  }
+  const Tensor all = norms.size() == 1 ? norms[0].reshape({1}) : stack(norms);
+  Tensor total;
+  if (inf)
+    total = amax(all);
+  else if (norm_type == 2)
+    total = sqrt(sum(all * all));
+  else
+    total = pow(sum(pow(all, norm_type)), 1.0 / norm_type);
+  const Tensor scale = clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  for (const Tensor& g : grads) {
+    Tensor t = g;
+    t.mul_(scale.dtype() == g.dtype() ? scale : scale.to(g.dtype()));
+  }
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  const char* who = "clip_grad_value_";
+  EMBER_CHECK(std::isfinite(clip_value) && clip_value >= 0, who,
+              ": clip_value must be finite and >= 0, got ", clip_value);
+  NoGradGuard no_grad;
+  for (const Tensor& g : grads_of(params, who)) {
+    Tensor t = g;
+    t.copy_(clamp(g, -clip_value, clip_value));
+  }
+}
+
+}  // namespace ember::nn::utils
