@@ -309,7 +309,8 @@ void check_reduce(R op, const Tensor& x, const Dims& dims, bool keepdim) {
   bool empty_group = false;
   for (int64_t c : r.count) empty_group |= c == 0;
   if (empty_group && (op == R::kAmax || op == R::kAmin || op == R::kArgmax)) {
-    REQUIRE_THROWS_AS(run_reduce(op, x, dims, keepdim), Error);
+    REQUIRE_THROWS_WITH(run_reduce(op, x, dims, keepdim),
+                        Contains("cannot reduce over zero elements"));
     return;
   }
   const Tensor got = run_reduce(op, x, dims, keepdim);
@@ -428,8 +429,9 @@ TEST_CASE("cpu reductions with NaN, infinities and empty inputs", "[kernels][red
     expect_exact(mean(empty, {0}), {3}, t, {kNaN, kNaN, kNaN});
     expect_exact(logsumexp(empty, {0}), {3}, t, {-kInf, -kInf, -kInf});
     expect_exact(sum(empty, {1}), {0}, t, {});
-    CHECK_THROWS_AS(amax(empty, {0}), Error);
-    CHECK_THROWS_AS(argmax(empty), Error);
+    CHECK_THROWS_WITH(amax(empty, {0}),
+                      Contains("amax: cannot reduce over zero elements (shape [0, 3]"));
+    CHECK_THROWS_WITH(argmax(empty), Contains("argmax: cannot reduce over zero elements"));
     CHECK_THROWS_WITH(amin(empty), Contains("amin"));
   }
   const Tensor i = make({3, -7, 3, 9, 9}, {5}, kInt32);
@@ -555,7 +557,8 @@ TEST_CASE("cpu matmul with broadcast batches goes through bmm correctly", "[kern
 TEST_CASE("cpu mm rejects mismatched shapes", "[kernels][matmul]") {
   const Tensor a = zeros({3, 4}), b = zeros({5, 2});
   CHECK_THROWS_WITH(mm(a, b), Contains("mm") && Contains("[3, 4]") && Contains("[5, 2]"));
-  CHECK_THROWS_AS(bmm(zeros({2, 3, 4}), zeros({3, 4, 5})), Error);
+  CHECK_THROWS_WITH(bmm(zeros({2, 3, 4}), zeros({3, 4, 5})),
+                    Contains("bmm") && Contains("[2, 3, 4]") && Contains("[3, 4, 5]"));
 }
 
 // ---- softmax -------------------------------------------------------------------------------
@@ -782,7 +785,8 @@ TEST_CASE("cpu indexing rejects out-of-range indices naming op, index and size",
                     Contains("one_hot") && Contains("5"));
   CHECK_THROWS_WITH(one_hot(from_vector<int64_t>({0, -1}, {2}), 3),
                     Contains("one_hot") && Contains("-1"));
-  CHECK_THROWS_AS(gather(x, 0, from_vector<int64_t>({0, 0, 0, 0, 0}, {1, 5})), Error);
+  CHECK_THROWS_WITH(gather(x, 0, from_vector<int64_t>({0, 0, 0, 0, 0}, {1, 5})),
+                    Contains("gather") && Contains("[1, 5]"));
 }
 
 TEST_CASE("cpu one_hot matches a reference", "[kernels][index]") {
