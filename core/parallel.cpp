@@ -72,7 +72,8 @@ class Pool {
     fn_ = fn;
     ctx_ = ctx;
     n_ = n;
-    const auto pieces = static_cast<uint64_t>(std::min<int64_t>(nthreads, n / grain));  // >= grain each
+    const auto pieces =
+        static_cast<uint64_t>(std::min<int64_t>(nthreads, n / grain));  // >= grain each
     done_.store(0, std::memory_order_relaxed);
     failed_.store(false, std::memory_order_relaxed);
     const uint64_t job = (generation_.load(std::memory_order_relaxed) + 1) & 0xffffffffu;

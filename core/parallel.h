@@ -15,6 +15,10 @@
 
 namespace ember {
 
+// Elements of a cheap elementwise loop (a few operations each) below which the CPU kernels keep
+// it on one thread: the hand-off to the pool costs about as much as that many elements take.
+inline constexpr int64_t kParallelGrainElements = 32768;
+
 // Threads the CPU kernels use (>= 1).
 int get_num_threads();
 // Throws ember::Error naming the value when n < 1. Waits for running work; safe to call between
@@ -43,8 +47,8 @@ void parallel_for(int64_t n, int64_t grain, const F& f) {
     return;
   }
   detail::parallel_run(
-      n, grain,
-      [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); }, &f);
+      n, grain, [](const void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
+      &f);
 }
 
 }  // namespace ember

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "core/parallel.h"
@@ -103,24 +104,32 @@ void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, in
   }
 }
 
+// OpenBLAS threads of its own would compete with the intra-op pool that calls it.
+void make_blas_serial() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+// Whether the BLAS's 32-bit integers hold every dimension and leading dimension.
+bool fits_blas(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  return m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax;
+}
+
 // c[M,N] (contiguous) = a * b with each operand row-major (t = false) or column-major
-// (t = true, a transposed view) with leading dimension ld.
+// (t = true, a transposed view) with leading dimension ld. parallel_for runs the whole product
+// as one call when it is too small to split (fewer than two slabs' worth of kParallelGemmMacs).
 template <class T>
-void gemm_blas(const Operand<T>& a, bool ta, int64_t lda, const Operand<T>& b, bool tb,
-               int64_t ldb, T* c) {
-  static std::once_flag serial_blas;
-  std::call_once(serial_blas, [] { openblas_set_num_threads(1); });
+void gemm_blas(const Operand<T>& a, bool ta, int64_t lda, const Operand<T>& b, bool tb, int64_t ldb,
+               T* c) {
+  make_blas_serial();
   const int64_t m = a.rows, k = a.cols, n = b.cols;
-  const int threads = get_num_threads();
-  if (threads == 1 || m * n * k < kParallelGemmMacs || in_parallel_region()) {
-    return blas_call(ta, tb, m, n, k, a.data, lda, b.data, ldb, c, n);
-  }
   // Slabs of C: columns when C is at least as wide as tall, else rows. An operand's row r
   // starts at data + r rs and its column j at data + j cs in either layout.
   const bool by_cols = n >= m;
   const int64_t extent = by_cols ? n : m, slabs = (extent + kSlab - 1) / kSlab;
-  const int64_t macs_per_slab = m * n * k / slabs;
-  const int64_t grain = std::max<int64_t>(1, kParallelGemmMacs / 2 / std::max<int64_t>(1, macs_per_slab));
+  const int64_t macs_per_slab = std::max<int64_t>(1, m * n * k / slabs);
+  const int64_t grain = std::max<int64_t>(1, kParallelGemmMacs / 2 / macs_per_slab);
   parallel_for(slabs, grain, [&](int64_t s0, int64_t s1) {
     const int64_t lo = s0 * kSlab, hi = std::min(extent, s1 * kSlab);
     if (by_cols) {
@@ -150,7 +159,8 @@ void gemm_native(Operand<T> a, Operand<T> b, T* c) {
   const int64_t lda = outer_stride(a, la), ldb = outer_stride(b, lb);
 #if EMBER_HAVE_OPENBLAS
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    return gemm_blas(a, la == Layout::kColMajor, lda, b, lb == Layout::kColMajor, ldb, c);
+    if (fits_blas(a.rows, b.cols, a.cols, lda, ldb))
+      return gemm_blas(a, la == Layout::kColMajor, lda, b, lb == Layout::kColMajor, ldb, c);
   }
 #endif
   constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;

@@ -27,7 +27,8 @@ struct SgdParams {
 //   buf = first ? d : momentum * buf + (1 - dampening) * d;  d = nesterov ? d + momentum * buf :
 //   buf p -= lr * d
 // The options are template arguments, so each loop is branch-free and the compiler vectorises it.
-template <class T, class Acc, bool kMaximize, bool kDecay, bool kBuffers, bool kFirst, bool kNesterov>
+template <class T, class Acc, bool kMaximize, bool kDecay, bool kBuffers, bool kFirst,
+          bool kNesterov>
 void sgd_range(T* p, const T* g, T* buf, int64_t i0, int64_t i1, const SgdParams<Acc>& h) {
   const Acc keep = Acc(1) - h.dampening;
   for (int64_t i = i0; i < i1; ++i) {
@@ -62,9 +63,6 @@ void with_bool(bool b, const F& f) {
   }
 }
 
-// Elements per piece of the intra-op pool: below this one thread updates the whole parameter.
-constexpr int64_t kUpdateGrain = 32768;
-
 template <class T, class Acc>
 void sgd_one(T* p, const T* g, T* buf, int64_t n, const SgdParams<Acc>& h) {
   with_bool(h.maximize, [&](auto mx) {
@@ -76,9 +74,9 @@ void sgd_one(T* p, const T* g, T* buf, int64_t n, const SgdParams<Acc>& h) {
             constexpr bool kBufs = decltype(bufs)::value;
             constexpr bool kFirst = kBufs && decltype(first)::value;
             constexpr bool kNesterov = kBufs && decltype(nest)::value;
-            parallel_for(n, kUpdateGrain, [&](int64_t b, int64_t e) {
-              sgd_range<T, Acc, decltype(mx)::value, decltype(wd)::value, kBufs, kFirst,
-                        kNesterov>(p, g, buf, b, e, h);
+            parallel_for(n, kParallelGrainElements, [&](int64_t b, int64_t e) {
+              sgd_range<T, Acc, decltype(mx)::value, decltype(wd)::value, kBufs, kFirst, kNesterov>(
+                  p, g, buf, b, e, h);
             });
           });
         });

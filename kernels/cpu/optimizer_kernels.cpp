@@ -22,7 +22,6 @@ namespace {
 namespace rules = optim_rules;
 
 constexpr int kMaxStates = 3;
-constexpr int64_t kUpdateGrain = 32768;  // elements: below this one thread updates a parameter
 
 // The raw pointers of parameter i: its value, gradient and up to kMaxStates state tensors.
 struct Slots {
@@ -40,7 +39,7 @@ void for_each_element(const Slots& t, int64_t n, F&& element) {
   std::array<T*, kMaxStates> st{};
   for (int k = 0; k < S; ++k) st[k] = static_cast<T*>(t.s[k]);
   // Elements are independent: large parameters split over the intra-op pool (core/parallel.h).
-  parallel_for(n, kUpdateGrain, [&](int64_t i0, int64_t i1) {
+  parallel_for(n, kParallelGrainElements, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       Acc pv = static_cast<Acc>(p[i]);
       std::array<Acc, kMaxStates> sv{};

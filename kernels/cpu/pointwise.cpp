@@ -47,13 +47,9 @@ acc_t<T> load(const char* p) {
   return static_cast<acc_t<T>>(*reinterpret_cast<const T*>(p));
 }
 
-// Elements below which a loop stays on one thread: the pool's hand-off costs about as much as
-// a cheap op takes over this many.
-constexpr int64_t kPointwiseGrain = 32768;
-
 template <class F>
 void for_each_run_parallel(const Iter& it, const F& inner) {
-  parallel_for(it.numel, kPointwiseGrain,
+  parallel_for(it.numel, kParallelGrainElements,
                [&](int64_t b, int64_t e) { for_each_run_range(it, b, e, inner); });
 }
 
@@ -65,13 +61,14 @@ template <class Out, class In, class F>
 bool unary_transpose_tiles(const Iter& it, const F& f) {
   if (it.ndim != 2 || it.strides[0][0] != static_cast<int64_t>(sizeof(Out)) ||
       it.strides[1][1] != static_cast<int64_t>(sizeof(In)) ||
-      it.strides[1][0] == static_cast<int64_t>(sizeof(In)) || it.numel < kPointwiseGrain / 8)
+      it.strides[1][0] == static_cast<int64_t>(sizeof(In)) || it.numel < kParallelGrainElements / 8)
     return false;
   constexpr int64_t kTile = 16;  // 16 strided lines a side: fewer L1 set conflicts than 32
   const int64_t inner = it.sizes[0], outer = it.sizes[1];
   const int64_t os = it.strides[0][1], is = it.strides[1][0];  // bytes
   const int64_t row_blocks = (outer + kTile - 1) / kTile;
-  const int64_t grain = std::max<int64_t>(1, kPointwiseGrain / (kTile * std::max<int64_t>(inner, 1)));
+  const int64_t grain =
+      std::max<int64_t>(1, kParallelGrainElements / (kTile * std::max<int64_t>(inner, 1)));
   parallel_for(row_blocks, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t i0 = b0 * kTile; i0 < std::min(outer, b1 * kTile); i0 += kTile) {
       const int64_t i1 = std::min(outer, i0 + kTile);
@@ -81,7 +78,8 @@ bool unary_transpose_tiles(const Iter& it, const F& f) {
           Out* o = reinterpret_cast<Out*>(it.data[0] + i * os);
           const char* a = it.data[1] + i * static_cast<int64_t>(sizeof(In));
           for (int64_t j = j0; j < j1; ++j)
-            o[j] = convert<Out>(f(static_cast<acc_t<In>>(*reinterpret_cast<const In*>(a + j * is))));
+            o[j] =
+                convert<Out>(f(static_cast<acc_t<In>>(*reinterpret_cast<const In*>(a + j * is))));
         }
       }
     }
@@ -142,12 +140,10 @@ void where_loop(const Iter& it, const F& f) {
           o[i] = convert<T>(f(c[i], static_cast<acc_t<T>>(a[i]), static_cast<acc_t<T>>(b[i])));
       } else if (s[2] == e) {
         const acc_t<T> bv = static_cast<acc_t<T>>(*b);
-        for (int64_t i = 0; i < n; ++i)
-          o[i] = convert<T>(f(c[i], static_cast<acc_t<T>>(a[i]), bv));
+        for (int64_t i = 0; i < n; ++i) o[i] = convert<T>(f(c[i], static_cast<acc_t<T>>(a[i]), bv));
       } else if (s[3] == e) {
         const acc_t<T> av = static_cast<acc_t<T>>(*a);
-        for (int64_t i = 0; i < n; ++i)
-          o[i] = convert<T>(f(c[i], av, static_cast<acc_t<T>>(b[i])));
+        for (int64_t i = 0; i < n; ++i) o[i] = convert<T>(f(c[i], av, static_cast<acc_t<T>>(b[i])));
       } else {
         const acc_t<T> av = static_cast<acc_t<T>>(*a), bv = static_cast<acc_t<T>>(*b);
         for (int64_t i = 0; i < n; ++i) o[i] = convert<T>(f(c[i], av, bv));

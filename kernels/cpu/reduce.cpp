@@ -110,9 +110,6 @@ inline int64_t offset_of(const DimGroup& g, int64_t linear) {
   return off;
 }
 
-// Input elements a piece of the pool reduces at least: less is not worth a hand-off.
-constexpr int64_t kReduceGrainElems = 32768;
-
 // Sum of a strided run in double, pairwise so the rounding error grows with log(n), not n.
 template <class T>
 double pairwise_sum(const T* p, int64_t stride, int64_t n) {
@@ -304,7 +301,8 @@ void reduce_typed(const KernelCall& call, const Op& op) {
   const bool outer = keep.n > 0 && red.n > 0 && keep.sizes[keep.n - 1] >= 4 &&
                      std::abs(keep.strides[keep.n - 1]) < std::abs(red.strides[red.n - 1]);
   if (!outer) {
-    const int64_t grain = std::max<int64_t>(1, kReduceGrainElems / std::max<int64_t>(count, 1));
+    const int64_t grain =
+        std::max<int64_t>(1, kParallelGrainElements / std::max<int64_t>(count, 1));
     parallel_for(keep_numel, grain, [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
         Acc acc = op.init();
@@ -328,7 +326,7 @@ void reduce_typed(const KernelCall& call, const Op& op) {
   const int64_t kn = keep.sizes[keep.n - 1], ks = keep.strides[keep.n - 1];
   const DimGroup rows = keep.without_last();
   const int64_t nrows = rows.numel();
-  const int64_t grain = std::max<int64_t>(1, kReduceGrainElems / std::max<int64_t>(count, 1));
+  const int64_t grain = std::max<int64_t>(1, kParallelGrainElements / std::max<int64_t>(count, 1));
   parallel_for(kn, grain, [&](int64_t k0, int64_t k1) {
     std::unique_ptr<Acc[]> acc(new Acc[static_cast<size_t>(k1 - k0)]);
     for (int64_t j = 0; j < nrows; ++j) {

@@ -147,15 +147,15 @@ TEST_CASE("the large ops give the same bits on 1 and 3 threads", "[parallel]") {
   const Tensor a = randn({300, 500}), b = randn({500, 200}), c = randn({200, 300});
   auto run = [&] {
     std::vector<Tensor> r;
-    r.push_back(mm(a, b));                    // slabs of columns
-    r.push_back(mm(c.t(), b.t()));            // transposed operands, slabs of rows
-    r.push_back(mm(b.t(), a.t()));            // [200, 300]
-    r.push_back(sum(a, {0}));                 // column sums (outer order)
-    r.push_back(sum(a, {1}));                 // row sums (inner order)
+    r.push_back(mm(a, b));          // slabs of columns
+    r.push_back(mm(c.t(), b.t()));  // transposed operands, slabs of rows
+    r.push_back(mm(b.t(), a.t()));  // [200, 300]
+    r.push_back(sum(a, {0}));       // column sums (outer order)
+    r.push_back(sum(a, {1}));       // row sums (inner order)
     r.push_back(logsumexp(a, {1}));
-    r.push_back(relu(a) * 2 + b.sum());       // pointwise with a broadcast scalar
+    r.push_back(relu(a) * 2 + b.sum());  // pointwise with a broadcast scalar
     r.push_back(where(gt(a, zeros({})), a, zeros({})));
-    r.push_back(randn({100003}));             // draws split at any index, an odd tail
+    r.push_back(randn({100003}));  // draws split at any index, an odd tail
     r.push_back(softmax(a, 1));
     return r;
   };
