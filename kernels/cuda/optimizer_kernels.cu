@@ -15,20 +15,27 @@
 namespace ember::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // the kernel's launch bounds
 
-dev::OptimDType table_dtype(std::string_view op, DType t, int64_t i) {
+int item_elems(DType t) { return 16 / static_cast<int>(element_size(t)); }
+
+template <dev::OptimKind Kind>
+void launch_kind(DType t, unsigned blocks, cudaStream_t s, const dev::OptimTensors& ts,
+                 const double* h, float* st, unsigned* ticket, dev::OptimFlags f,
+                 const unsigned* err) {
   switch (t) {
     case DType::Float32:
-      return dev::kOptF32;
+      dev::optim_update_kernel<Kind, float><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      break;
     case DType::Float64:
-      return dev::kOptF64;
+      dev::optim_update_kernel<Kind, double><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      break;
     case DType::Float16:
-      return dev::kOptF16;
-    case DType::BFloat16:
-      return dev::kOptBF16;
-    default:
-      EMBER_FAIL(op, ": parameter ", i, " has dtype ", dtype_name(t), "; expected a floating dtype");
+      dev::optim_update_kernel<Kind, __half><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      break;
+    default:  // BFloat16: the only other dtype the launcher lets through
+      dev::optim_update_kernel<Kind, __nv_bfloat16><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      break;
   }
 }
 
@@ -70,14 +77,21 @@ void optimizer_update(const KernelCall& call) {
   const int device = dev.index;
   cudaStream_t s = stream(device);
   unsigned* const step_ticket = a.increment_step ? finish_scratch(device).step_ticket : nullptr;
-  for (int64_t base = 0; base < n; base += dev::kOptimMax) {
-    const bool last_launch = base + dev::kOptimMax >= n;
+  // One launch per run of up to kOptimMax parameters of one dtype (a group is nearly always a
+  // single run); the last launch counts the step.
+  for (int64_t base = 0; base < n;) {
+    const DType t = in[layout.param(base)].dtype();
+    EMBER_CHECK(t == DType::Float32 || t == DType::Float64 || t == DType::Float16 ||
+                    t == DType::BFloat16,
+                name, ": parameter ", base, " has dtype ", dtype_name(t),
+                "; expected a floating dtype");
     dev::OptimTensors ts{};
     ts.states = layout.state_groups;
-    const int64_t count = std::min<int64_t>(dev::kOptimMax, n - base);
-    for (int64_t k = 0; k < count; ++k) {
-      const int64_t i = base + k;
+    int64_t count = 0;
+    for (; count < dev::kOptimMax && base + count < n; ++count) {
+      const int64_t i = base + count, k = count;
       const Tensor& p = in[layout.param(i)];
+      if (p.dtype() != t) break;
       const Tensor& g = in[layout.grad(i)];
       EMBER_CHECK(p.device() == dev && g.device() == dev && p.is_contiguous() &&
                       g.is_contiguous() && g.sizes() == p.sizes() && g.dtype() == p.dtype(),
@@ -86,20 +100,19 @@ void optimizer_update(const KernelCall& call) {
       ts.param[k] = p.raw_data();
       ts.grad[k] = g.raw_data();
       for (int q = 0; q < layout.state_groups; ++q) {
-        const Tensor& t = in[layout.state(q, i)];
-        EMBER_CHECK(t.device() == dev && t.is_contiguous() && t.sizes() == p.sizes() &&
-                        t.dtype() == p.dtype(),
+        const Tensor& st = in[layout.state(q, i)];
+        EMBER_CHECK(st.device() == dev && st.is_contiguous() && st.sizes() == p.sizes() &&
+                        st.dtype() == p.dtype(),
                     name, ": state ", q, " of parameter ", i, " must be a contiguous ",
                     dtype_name(p.dtype()), " ", p.sizes(), " on ", dev.str());
-        ts.state[q][k] = t.raw_data();
+        ts.state[q][k] = st.raw_data();
       }
       ts.numel[k] = p.numel();
-      ts.dtype[k] = table_dtype(name, p.dtype(), i);
-      ts.first_item[k + 1] =
-          ts.first_item[k] + ceil_div(p.numel(), dev::optim_item_elems(ts.dtype[k]));
+      ts.first_item[k + 1] = ts.first_item[k] + ceil_div(p.numel(), item_elems(t));
     }
     ts.count = static_cast<int>(count);
-    unsigned* const ticket = last_launch ? step_ticket : nullptr;
+    base += count;
+    unsigned* const ticket = base == n ? step_ticket : nullptr;
     const int64_t items = ts.first_item[count];
     if (items == 0 && ticket == nullptr) continue;
     const unsigned blocks = grid_stride_blocks(items, kThreads, device);
@@ -108,13 +121,13 @@ void optimizer_update(const KernelCall& call) {
     const unsigned* err = device_error_raised(device);
     switch (flags.kind) {
       case dev::kOptAdam:
-        dev::optim_update_kernel<dev::kOptAdam><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, flags, err);
+        launch_kind<dev::kOptAdam>(t, blocks, s, ts, h, st, ticket, flags, err);
         break;
       case dev::kOptRmsprop:
-        dev::optim_update_kernel<dev::kOptRmsprop><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, flags, err);
+        launch_kind<dev::kOptRmsprop>(t, blocks, s, ts, h, st, ticket, flags, err);
         break;
       case dev::kOptAdagrad:
-        dev::optim_update_kernel<dev::kOptAdagrad><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, flags, err);
+        launch_kind<dev::kOptAdagrad>(t, blocks, s, ts, h, st, ticket, flags, err);
         break;
     }
     check_launch(flags.kind == dev::kOptAdam      ? "adam_update"

@@ -245,3 +245,45 @@ TEST_CASE("clip_grad_norm_ and clip_grad_value_ against float64 on the device an
   CHECK(step.stats().graph_breaks == 0);
   CHECK(step.stats().recompiles == 0);
 }
+
+TEST_CASE("adam_update on CUDA: one call over mixed dtypes matches the CPU and counts once",
+          "[optim][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  // The CUDA launcher runs one kernel per stretch of one storage type, so this call takes four
+  // launches (float32, float16, float32, float64); sizes leave partial vectors at the ends.
+  const std::vector<std::pair<DType, int64_t>> params = {
+      {kFloat32, 37}, {kFloat16, 9}, {kFloat32, 5}, {kFloat64, 3}};
+  const int64_t n = static_cast<int64_t>(params.size());
+  Attrs a;
+  a.num_tensors = n;
+  a.num_states = 3;
+  a.amsgrad = true;
+  a.decoupled_weight_decay = true;
+  manual_seed(11);
+  // [hyper, step, params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq], on the CPU.
+  std::vector<Tensor> cpu = {test::make({0.05, 0.9, 0.99, 1e-6, 0.1}, {5}, kFloat64),
+                             zeros({}, kFloat32)};
+  for (int group = 0; group < 5; ++group)
+    for (const auto& [dt, size] : params) {
+      Tensor t = randn({size}).to(dt);
+      cpu.push_back(group >= 3 ? abs(t) : t);  // second moments are non-negative
+    }
+  std::vector<Tensor> gpu;
+  for (const Tensor& t : cpu) gpu.push_back(t.to(Device::cuda(0)));
+  for (int step = 0; step < 3; ++step) {
+    dispatch(OpId::adam_update, std::span<const Tensor>(cpu), a);
+    dispatch(OpId::adam_update, std::span<const Tensor>(gpu), a);
+  }
+  CHECK(test::read(gpu[1]) == std::vector<double>{3});
+  for (size_t i = 2; i < cpu.size(); ++i) {
+    if ((i - 2) / n == 1) continue;  // the gradients, unchanged
+    const DType dt = cpu[i].dtype();
+    // One rounding of the dtype apart at most: the GPU's fused multiply-adds round differently.
+    const double ulp = dt == kFloat64 ? 1e-15 : dt == kFloat32 ? 1.2e-7 : 1e-3;
+    const std::vector<double> want = test::read(cpu[i]), got = test::read(gpu[i]);
+    INFO("tensor " << i << " (" << dtype_name(dt) << ")");
+    REQUIRE(got.size() == want.size());
+    for (size_t e = 0; e < want.size(); ++e)
+      CHECK(std::abs(got[e] - want[e]) <= 2 * ulp * std::max(1.0, std::abs(want[e])));
+  }
+}

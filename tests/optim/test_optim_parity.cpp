@@ -54,6 +54,12 @@ std::vector<double> values(const Tensor& t) {
   return t.detach().cpu().to(kFloat64).contiguous().to_vector<double>();
 }
 
+// The tolerance of a per-step loss or gradient norm: 1e-5 relative, and at least 1e-6 absolute.
+// As the model fits, the loss -log p (p near 1) and the gradient p - y come out of a difference
+// of float32 values near 1, whose rounding (6e-8 each) is fixed in absolute terms: at a loss of
+// 0.007 the CUDA and CPU reductions differ by 1.2e-5 of it, each within a few ulps of 1.
+double close_to(double expected) { return 1e-5 * std::abs(expected) + 1e-6; }
+
 // |a - e| <= tol * max(1, |e|) elementwise: 1e-5 relative for values above 1, absolute below.
 void check_close(const Tensor& actual, const Tensor& expected, double tol, const std::string& what) {
   INFO(what);
@@ -251,11 +257,11 @@ void check_fixture(const std::string& run_name_, Device dev, Run mode) {
     if (sched) sched->step();
     const double loss = out[0].item<float>();
     INFO("loss " << loss << ", PyTorch " << want_loss[step]);
-    CHECK(std::abs(loss - want_loss[step]) <= 1e-5 * std::abs(want_loss[step]));
+    CHECK(std::abs(loss - want_loss[step]) <= close_to(want_loss[step]));
     if (clip_norm) {
       const double norm = out[1].item<float>();
       INFO("clip_grad_norm_ returned " << norm << ", PyTorch " << want_norm[step]);
-      CHECK(std::abs(norm - want_norm[step]) <= 1e-5 * std::abs(want_norm[step]));
+      CHECK(std::abs(norm - want_norm[step]) <= close_to(want_norm[step]));
     }
   }
   CHECK(opt->steps(0) == steps);
