@@ -259,6 +259,7 @@ TEST_CASE("adam_update on CUDA: one call over mixed dtypes matches the CPU and c
   a.num_states = 3;
   a.amsgrad = true;
   a.decoupled_weight_decay = true;
+  a.increment_step = true;  // the last launch counts the step, once per call
   manual_seed(11);
   // [hyper, step, params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq], on the CPU.
   std::vector<Tensor> cpu = {test::make({0.05, 0.9, 0.99, 1e-6, 0.1}, {5}, kFloat64),
@@ -274,16 +275,17 @@ TEST_CASE("adam_update on CUDA: one call over mixed dtypes matches the CPU and c
     dispatch(OpId::adam_update, std::span<const Tensor>(cpu), a);
     dispatch(OpId::adam_update, std::span<const Tensor>(gpu), a);
   }
+  CHECK(test::read(cpu[1]) == std::vector<double>{3});
   CHECK(test::read(gpu[1]) == std::vector<double>{3});
   for (size_t i = 2; i < cpu.size(); ++i) {
     if ((i - 2) / n == 1) continue;  // the gradients, unchanged
     const DType dt = cpu[i].dtype();
-    // One rounding of the dtype apart at most: the GPU's fused multiply-adds round differently.
-    const double ulp = dt == kFloat64 ? 1e-15 : dt == kFloat32 ? 1.2e-7 : 1e-3;
+    // The GPU's fused multiply-adds round differently: a rounding of the dtype per step apart.
+    const double ulp = dt == kFloat64 ? 2.3e-16 : dt == kFloat32 ? 1.2e-7 : 1e-3;
     const std::vector<double> want = test::read(cpu[i]), got = test::read(gpu[i]);
     INFO("tensor " << i << " (" << dtype_name(dt) << ")");
     REQUIRE(got.size() == want.size());
     for (size_t e = 0; e < want.size(); ++e)
-      CHECK(std::abs(got[e] - want[e]) <= 2 * ulp * std::max(1.0, std::abs(want[e])));
+      CHECK(std::abs(got[e] - want[e]) <= 4 * ulp * std::max(1.0, std::abs(want[e])));
   }
 }
