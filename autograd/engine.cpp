@@ -8,6 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "core/trace_hooks.h"
@@ -26,6 +27,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   EMBER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " tensors but ",
               grads.size(), " gradients");
   NoGradGuard no_grad;  // formulas build plain tensors (no double backward)
+  // Each backward op runs in the dtypes its forward op saw (the casts' backward converts the
+  // gradient back), as PyTorch's engine does: autocast is off here whatever region is open.
+  AutocastGuard no_autocast_cpu(DeviceType::CPU, kBFloat16, false);
+  AutocastGuard no_autocast_cuda(DeviceType::CUDA, kBFloat16, false);
   if (const TraceHooks* h = trace_hooks(); h && h->on_backward) h->on_backward();
   std::unordered_map<Node*, Tensor> buffer;
   std::unordered_map<Node*, int> pending;

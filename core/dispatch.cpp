@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/cuda_runtime.h"
 
 namespace ember {
@@ -82,7 +83,10 @@ void set_trace_observer(OpObserver fn) { t_trace_observer = fn; }
 OpObserver trace_observer() { return t_trace_observer; }
 void set_autograd_inplace_check(InplaceCheck fn) { g_inplace_check = fn; }
 
-Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor* out) {
+namespace {
+
+Tensor dispatch_as_given(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
+                         const Tensor* out) {
   const OpKind kind = op_info(op).kind;
   Tensor result;
   if (kind == OpKind::Nullary) {
@@ -128,6 +132,25 @@ Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, con
   if (t_trace_observer) t_trace_observer(op, inputs, attrs, result, out != nullptr);
   if (g_autograd_observer) g_autograd_observer(op, inputs, attrs, result, out != nullptr);
   return result;
+}
+
+}  // namespace
+
+Tensor dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor* out) {
+  if (autocast_detail::any_enabled() && op_info(op).autocast != AutocastPolicy::None) [[unlikely]] {
+    // The casts are dispatched (and so recorded) first, then the op on what they made.
+    constexpr size_t kInline = 4;
+    Tensor inline_cast[kInline];
+    std::vector<Tensor> many;
+    std::span<Tensor> cast(inline_cast, inputs.size() <= kInline ? inputs.size() : 0);
+    if (inputs.size() > kInline) {
+      many.resize(inputs.size());
+      cast = many;
+    }
+    if (autocast_detail::cast_inputs(op, inputs, cast))
+      return dispatch_as_given(op, std::span<const Tensor>(cast.data(), cast.size()), attrs, out);
+  }
+  return dispatch_as_given(op, inputs, attrs, out);
 }
 
 }  // namespace ember

@@ -37,6 +37,10 @@ enum class OutRule : uint8_t { Same, IntToFloat, ToBool, ToInt64, Index, Cast };
 
 namespace ember {
 
+// What an op does with its floating inputs under autocast (core/autocast.h): the `autocast`
+// key of its row.
+enum class AutocastPolicy : uint8_t { None, Lower, Fp32, Promote };
+
 // When a backward formula reads a tensor: the save rules of core/ops.yaml.
 enum class SaveWhen : uint8_t { Never, Always, IfNeed0, IfNeed1, IfNeed2 };
 
@@ -51,6 +55,7 @@ struct OpInfo {
   // Ops whose gradient is a generated pointwise row: (g, x) or (g, y) -> dx, dispatched as is.
   bool has_grad_op;
   OpId grad_op;
+  AutocastPolicy autocast;
 };
 
 }  // namespace ember

@@ -1,9 +1,11 @@
 // Public ops: dtype promotion, dim normalisation and composites; primitives go to dispatch().
 #include "core/ops.h"
 
+
 #include <atomic>
 #include <cmath>
 
+#include "core/autocast.h"
 #include "core/dispatch.h"
 
 namespace ember {
@@ -280,6 +282,13 @@ Tensor logsumexp(const Tensor& a, const Dims& dims, bool keepdim) {
 
 void set_allow_tf32(bool on) { g_allow_tf32.store(on, std::memory_order_relaxed); }
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+void set_float32_matmul_precision(std::string_view precision) {
+  EMBER_CHECK(precision == "highest" || precision == "high" || precision == "medium",
+              "set_float32_matmul_precision: expected \"highest\", \"high\" or \"medium\", got \"",
+              precision, "\"");
+  set_allow_tf32(precision != "highest");
+}
+std::string_view float32_matmul_precision() { return allow_tf32() ? "high" : "highest"; }
 
 namespace {
 // Contractions do not promote, as in PyTorch: a float64 input on float32 weights is more often a
@@ -352,9 +361,12 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   return r.view(out);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  EMBER_CHECK(weight.defined() && weight.dim() == 2, "linear: weight must be 2-D [out, in]");
-  EMBER_CHECK(x.defined(), "linear: input is an undefined tensor");
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  EMBER_CHECK(weight_in.defined() && weight_in.dim() == 2, "linear: weight must be 2-D [out, in]");
+  EMBER_CHECK(x_in.defined(), "linear: input is an undefined tensor");
+  // One autocast op, as in PyTorch: all three operands in the low dtype (core/autocast.h).
+  const Tensor x = autocast_lower(x_in), weight = autocast_lower(weight_in),
+               bias = autocast_lower(bias_in);
   EMBER_CHECK(x.dtype() == weight.dtype(), "linear: input is ", dtype_name(x.dtype()), " ",
               x.sizes(), " but weight is ", dtype_name(weight.dtype()), " ", weight.sizes(),
               "; expected both operands to have the same dtype");

@@ -113,6 +113,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  
 // TF32 for float32 GEMMs on the GPU: off unless turned on (like torch.backends.cuda.matmul).
 void set_allow_tf32(bool on);
 bool allow_tf32();
+// PyTorch's torch.set_float32_matmul_precision: "highest" (float32 products, the default) or
+// "high" (TF32 tensor cores: set_allow_tf32(true)). "medium" asks PyTorch for bfloat16 products
+// where it can; Ember takes it as "high". Anything else is an ember::Error.
+void set_float32_matmul_precision(std::string_view precision);
+std::string_view float32_matmul_precision();  // "highest" or "high"
 
 // Normalisers and losses
 Tensor softmax(const Tensor& a, int64_t dim);

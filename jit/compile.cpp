@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "autograd/grad_mode.h"
+#include "core/autocast.h"
 #include "core/config_epoch.h"
 #include "core/cuda_runtime.h"
 #include "jit/disk_store.h"
@@ -185,7 +186,7 @@ struct CompiledCore::Impl {
       for (auto& c : entries) {
         Entry& b = *c;
         if (&b == &e || b.sig.args.size() != sig.args.size() || b.sig.grad_mode != sig.grad_mode ||
-            !(b.sig.plain == sig.plain))
+            b.sig.autocast != sig.autocast || !(b.sig.plain == sig.plain))
           continue;
         const Graph* seed = b.raw ? b.raw.get() : b.prev.get();
         if (!seed) continue;
@@ -353,6 +354,9 @@ struct CompiledCore::Impl {
     auto tracer = std::make_unique<Tracer>(options.fullgraph);
     for (size_t i = 0; i < tensors.size(); ++i)
       tracer->add_input(tensors[i], static_cast<int32_t>(i));
+    // A parameter cast cached before the trace would enter it as a constant: every cast of the
+    // traced step must be made (and recorded) inside it.
+    autocast_detail::clear_cache();
     ++stats.traces;
     const auto start = std::chrono::steady_clock::now();
     eager(ctx, outputs);

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/autocast.h"
+
 namespace ember::jit::detail {
 
 void PlainKey::add(const void* p, size_t n) {
@@ -45,6 +47,7 @@ Signature Signature::of(std::span<const Tensor> tensors, const PlainKey& plain, 
   s.sym.assign(tensors.size(), 0);
   s.plain = plain;
   s.grad_mode = grad_mode;
+  s.autocast = autocast_key();
   return s;
 }
 
@@ -63,12 +66,28 @@ bool miss(std::string* why, const Parts&... parts) {
 
 const char* on_off(bool b) { return b ? "on" : "off"; }
 
+std::string describe_autocast(uint32_t key) {
+  std::string out;
+  const char* names[2] = {"cpu", "cuda"};
+  for (int d = 0; d < 2; ++d) {
+    const uint32_t b = (key >> (8 * d)) & 0xff;
+    if (!(b & 1)) continue;
+    if (!out.empty()) out += ", ";
+    out += std::string(names[d]) + " " + std::string(dtype_name(static_cast<DType>(b >> 1)));
+  }
+  return out.empty() ? "off" : out;
+}
+
 }  // namespace
 
 bool fits(const Signature& s, std::span<const Tensor> t, const PlainKey& plain, bool grad_mode,
           std::string* why) {
   if (s.grad_mode != grad_mode)
     return miss(why, "grad mode: ", on_off(s.grad_mode), " -> ", on_off(grad_mode));
+  // The traced casts and dtypes hold only for the autocast state they were traced under.
+  if (const uint32_t now = autocast_key(); s.autocast != now)
+    return miss(why, "autocast state: ", describe_autocast(s.autocast), " -> ",
+                describe_autocast(now));
   if (s.args.size() != t.size())
     return miss(why, "number of tensor arguments: ", s.args.size(), " -> ", t.size());
   for (size_t i = 0; i < t.size(); ++i) {

@@ -47,6 +47,7 @@ struct Signature {
   std::vector<ArgSig> args;
   PlainKey plain;
   bool grad_mode = true;
+  uint32_t autocast = 0;  // core/autocast.h's autocast_key() when traced
   // Per argument, the dims allowed to vary (bit d = dim d); `symbolic` when any is.
   std::vector<uint16_t> sym;
   bool symbolic = false;

@@ -1,6 +1,8 @@
 // Layers as functions: activations, dropout, linear, flatten, layer norm, embedding.
 #include "nn/functional.h"
 
+#include "core/autocast.h"
+
 #include "core/factory.h"
 #include "core/ops.h"
 
@@ -25,9 +27,14 @@ void check_same_device(const Tensor& a, const char* what_a, const Tensor& b, con
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* who) {
-  check_defined(x, who, "input");
-  check_defined(weight, who, "weight");
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+              const char* who) {
+  check_defined(x_in, who, "input");
+  check_defined(weight_in, who, "weight");
+  // Linear is one op of autocast's lower list in PyTorch: input, weight and bias all in the
+  // low dtype (the bias too, or the add after the product would widen back to float32).
+  const Tensor x = autocast_lower(x_in), weight = autocast_lower(weight_in),
+               bias = autocast_lower(bias_in);
   EMBER_CHECK(weight.dim() == 2, who, ": weight must be 2-D [out_features, in_features], got ",
               weight.sizes());
   EMBER_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), who, ": input of shape ", x.sizes(),
@@ -58,9 +65,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen, const c
   return mul(x, mask);
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps, const char* who) {
-  check_defined(x, who, "input");
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
+                  const Tensor& bias_in, double eps, const char* who) {
+  check_defined(x_in, who, "input");
+  // On autocast's float32 list in PyTorch: statistics and output in float32.
+  const Tensor x = autocast_fp32(x_in), weight = autocast_fp32(weight_in),
+               bias = autocast_fp32(bias_in);
   check_floating(x, who, "input");
   const int k = normalized_shape.size();
   EMBER_CHECK(k >= 1, who, ": normalized_shape must have at least one dim");

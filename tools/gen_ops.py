@@ -29,7 +29,11 @@ RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast"}
 DTYPES = {"float": "kFloatTypes", "numeric": "kNumericTypes", "all": "kAllTypes",
           "index": "kIndexTypes"}
 ROW_KEYS = {"kind", "arity", "dtypes", "rule", "attrs", "reads", "functor", "fwd", "grad",
-            "backward", "diff", "save", "api", "nn"}
+            "backward", "diff", "save", "api", "nn", "autocast"}
+# Under autocast (core/autocast.h), PyTorch's policy: `lower` casts floating inputs to the low
+# dtype, `fp32` casts 16-bit floating inputs to float32, `promote` widens mixed floating inputs
+# to the widest; rows without the key run on what they are given.
+AUTOCAST = {"none": "None", "lower": "Lower", "fp32": "Fp32", "promote": "Promote"}
 NN_KEYS = {"functional", "module"}
 TOP_KEYS = {"enums", "attributes", "ops"}
 
@@ -134,7 +138,10 @@ class Table:
         r = {"name": name, "kind": kind, "arity": arity, "dtypes": row["dtypes"],
              "rule": row["rule"], "attrs": list(attrs), "reads": list(reads), "functor": row.get("functor"),
              "fwd": row.get("fwd"), "grad": None, "grad_op": None, "grad_reads": None,
-             "api": bool(row.get("api", False)), "nn": row.get("nn") or {}}
+             "api": bool(row.get("api", False)), "nn": row.get("nn") or {},
+             "autocast": row.get("autocast", "none")}
+        if r["autocast"] not in AUTOCAST:
+            fail(f"{where}: 'autocast' is one of {', '.join(sorted(AUTOCAST))}")
         for k in r["nn"]:
             if k not in NN_KEYS:
                 fail(f"{where}: unknown key 'nn.{k}'")
@@ -188,7 +195,7 @@ class Table:
                         "dtypes": r["dtypes"], "rule": "Same", "attrs": r["attrs"],
                         "reads": [], "functor": None, "fwd": None, "grad_of": r, "grad": None,
                         "grad_op": None, "grad_reads": None, "api": False, "nn": {},
-                        "diff": False, "save": {}})
+                        "diff": False, "save": {}, "autocast": "none"})
         if r["fwd"] is not None:
             r["fwd_expr"] = parse_expr(where + " fwd", r["fwd"], {"x"}, r["attrs"])
         return out
@@ -303,7 +310,8 @@ def gen_op_info(t):
         lines.append(
             f"    {{\"{r['name']}\", OpKind::{r['kind']}, {DTYPES[r['dtypes']]}, "
             f"OutRule::{r['rule']}, {r['arity']}, {str(r['diff']).lower()}, {{{s}}}, "
-            f"{str(r['grad_op'] is not None).lower()}, {grad_op}}},\n")
+            f"{str(r['grad_op'] is not None).lower()}, {grad_op}, "
+            f"AutocastPolicy::{AUTOCAST[r['autocast']]}}},\n")
     return (HEADER + "#pragma once\n// Included by core/op.h after OpInfo.\n\n"
             "namespace ember {\n\ninline constexpr OpInfo kOpInfo[] = {\n" + "".join(lines) +
             "};\n\n}  // namespace ember\n")

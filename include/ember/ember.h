@@ -3,6 +3,7 @@
 
 #include "autograd/autograd.h"
 #include "core/allocator.h"
+#include "core/autocast.h"
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/generator.h"
