@@ -86,7 +86,7 @@ def check_rows(doc):
         def bad(msg):
             out.append("{}: {}".format(where, msg))
 
-        key = (row["workload"], row["batch"], row["mode"])
+        key = (row["workload"], row["batch"], row["mode"], row.get("amp", "none"))
         if key in seen:
             bad("duplicate of results[{}]".format(seen[key]))
         else:

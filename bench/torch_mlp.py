@@ -35,6 +35,35 @@ Modes:
                    counter on the device and has no capture check).
 On the CPU only eager, default and dynamic run; the other modes get status "skipped".
 
+Mixed precision (--amp, every workload and mode; each row carries "amp": "none", "bf16" or
+"fp16", as Ember's benchmark defines it; bench/schema/bench.schema.json must list that row
+property for check_bench_json.py to accept the files):
+  none             float32 throughout (the default).
+  bf16             torch.autocast(device, dtype=torch.bfloat16) around forward + loss; backward and
+                   the optimizer step outside it, as PyTorch's AMP recipe has it. The CPU uses
+                   torch.autocast("cpu", torch.bfloat16) (PyTorch 1.13 has it).
+  fp16             torch.autocast(device, dtype=torch.float16) likewise, and a GradScaler
+                   (torch.amp.GradScaler, torch.cuda.amp.GradScaler before 2.3; its defaults:
+                   init_scale 65536, growth_factor 2, backoff_factor 0.5, growth_interval 2000):
+                   scaler.scale(loss).backward(), scaler.step(opt), scaler.update(). CUDA only:
+                   --device cpu --amp fp16 is refused (CPU autocast takes only bfloat16 in
+                   PyTorch 1.13, and the scaler here is the CUDA one).
+                   cuda-graph: GradScaler.step reads found_inf on the host (a sync, which a capture
+                   cannot hold) unless the optimizer applies the scaling itself
+                   (_step_supports_amp_scaling: fused AdamW, --optimizer adamw-fused, which takes
+                   grad_scale / found_inf on the device and skips the update in its kernel); so
+                   cuda-graph fp16 rows are run with --optimizer adamw-fused only and are
+                   "skipped" (with the reason) otherwise. After the warm-up the scaler's scale and
+                   growth tracker are reset with the parameters (private attributes _scale and
+                   _growth_tracker), so the replays follow the eager trajectory. (Written
+                   without a GPU at hand: that the fused path captures is what PyTorch's
+                   GradScaler code implies, not yet measured; a capture that fails makes the row
+                   an "error" with the message.)
+                   The compiled modes compile the step with the scaler in it; Dynamo breaks the
+                   graph at its host sync.
+  In cuda-graph mode autocast runs with cache_enabled=False (PyTorch's advice for captured
+  regions; each weight is cast once per step either way).
+
 Figures of a row, measured in ONE run of a fresh model from the seed: the first `loss_steps`
 steps give `loss` (the value step N returns: its forward's loss, before its update), then
 `warmup` steps, then the timed samples, then (CUDA only) PROFILE_STEPS steps under
@@ -70,6 +99,10 @@ compiles once per row (max-autotune compiles are slow).
   floor            the brief's formula; peak.flops_per_s from the best of 5 torch.mm fp32
                    4096^3 (CPU: 1024^3, TF32 as configured), peak.bytes_per_s = 2 * bytes / time
                    of the best of 5 device copies of 256 MiB (CPU: 64 MiB).
+                   --amp bf16/fp16 rows keep this float32 floor (4-byte elements, the fp32 GEMM
+                   peak): not dtype-aware, since bench/check_bench_json.py recomputes the same
+                   formula and the schema's machine.peak has no low-precision GEMM peak. Their
+                   floor share is therefore only comparable with other rows of the same amp.
 TF32: off unless --tf32. On PyTorch with the fp32_precision API (2.9+) only that API is set
 (torch.backends.cuda.matmul / cudnn fp32_precision = "ieee" or "tf32"): mixing it with the legacy
 allow_tf32 flags raises in recent releases; older releases get allow_tf32 and
@@ -185,13 +218,13 @@ def rel_diff(loss, reference):
     return abs(loss - reference) / abs(reference)
 
 
-def ok_row(workload, batch, mode, m, peak, first_step, loss_steps, reference_loss):
+def ok_row(workload, batch, mode, m, peak, first_step, loss_steps, reference_loss, amp="none"):
     """A measured row. m: the measurements (samples_us, loss, recompiles, peak_memory_bytes,
     kernels_per_step); first_step: (cold_ms, warm_ms), either may be None."""
     spec = WORKLOADS[workload]
     us, fastest, slowest = summarize(m["samples_us"])
     row = {
-        "workload": workload, "batch": batch, "mode": mode, "status": "ok",
+        "workload": workload, "batch": batch, "mode": mode, "amp": amp, "status": "ok",
         "us_per_step": us, "steps_per_s": 1e6 / us,
         "us_per_step_min": fastest, "us_per_step_max": slowest,
         "first_step_ms": {"cold": first_step[0], "warm": first_step[1]},
@@ -208,8 +241,8 @@ def ok_row(workload, batch, mode, m, peak, first_step, loss_steps, reference_los
     return row
 
 
-def failed_row(workload, batch, mode, status, message):
-    row = {"workload": workload, "batch": batch, "mode": mode, "status": status,
+def failed_row(workload, batch, mode, status, message, amp="none"):
+    row = {"workload": workload, "batch": batch, "mode": mode, "amp": amp, "status": status,
            "error": message}
     if mode == "dynamic":
         row["batches"] = dynamic_schedule(batch)
@@ -267,7 +300,7 @@ def merge_documents(docs):
             if out["workloads"].setdefault(w, spec) != spec:
                 raise ValueError("merge: workload {} is defined differently".format(w))
         for row in d["results"]:
-            key = (row["workload"], row["batch"], row["mode"])
+            key = (row["workload"], row["batch"], row["mode"], row.get("amp", "none"))
             if key in seen:
                 raise ValueError("merge: row {} appears twice".format(key))
             seen.add(key)
@@ -290,13 +323,14 @@ def format_table(rows):
             "peak MiB", "kern/step", "loss", "rel diff", "recomp", "floor %")
     lines = []
     for r in rows:
+        mode = r["mode"] if r.get("amp", "none") == "none" else "{} {}".format(r["mode"], r["amp"])
         if r["status"] != "ok":
-            lines.append((r["workload"], str(r["batch"]), r["mode"],
+            lines.append((r["workload"], str(r["batch"]), mode,
                           "{}: {}".format(r["status"], (r["error"].splitlines() or [""])[0][:70])))
             continue
         mem = r["peak_memory_bytes"]
         lines.append((
-            r["workload"], str(r["batch"]), r["mode"], _fmt(r["us_per_step"], ".1f"),
+            r["workload"], str(r["batch"]), mode, _fmt(r["us_per_step"], ".1f"),
             _fmt(r["steps_per_s"], ".0f"), _fmt(r["first_step_ms"]["cold"], ".0f"),
             _fmt(r["first_step_ms"]["warm"], ".0f"),
             _fmt(None if mem is None else mem / 2**20, ".1f"),
@@ -455,11 +489,33 @@ def machine_info(torch, device, peak):
     }
 
 
-def build_training(torch, spec, device, seed, mode=None):
+AMP_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def amp_skip_reason(mode, amp, optimizer):
+    """Why a row cannot run with this amp (None: it can)."""
+    if amp == "fp16" and mode == "cuda-graph" and optimizer != "adamw-fused":
+        return ("fp16 GradScaler.step syncs with the host (found_inf.item()) unless the "
+                "optimizer takes the scaling itself: a CUDA graph cannot capture that; run "
+                "--optimizer adamw-fused for a capturable fp16 cuda-graph row")
+    return None
+
+
+def make_grad_scaler(torch, device):
+    """GradScaler with its defaults (init_scale 65536): torch.amp's, or torch.cuda.amp's on
+    releases before 2.3."""
+    amp_mod = getattr(torch, "amp", None)
+    if amp_mod is not None and hasattr(amp_mod, "GradScaler"):
+        return amp_mod.GradScaler(device)
+    return torch.cuda.amp.GradScaler()
+
+
+def build_training(torch, spec, device, seed, mode=None, amp="none"):
     """A fresh model from the seed (initialized on the CPU, then moved: the same weights on every
     device and in every mode), its optimizer, and the step function all modes share. AdamW runs
     foreach=True (or fused=True, spec "impl"); captured in a CUDA graph it needs capturable=True
-    (the step count then stays on the device)."""
+    (the step count then stays on the device). amp "bf16" / "fp16": forward + loss under
+    torch.autocast; "fp16" also scales the loss with a GradScaler (the module docstring)."""
     nn = torch.nn
     torch.manual_seed(seed)
     layers = spec["layers"]
@@ -479,15 +535,34 @@ def build_training(torch, spec, device, seed, mode=None):
     else:
         opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"])
     loss_fn = nn.CrossEntropyLoss()
+    if amp == "none":
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
 
-    def step(x, y):
+        return model, opt, step
+    low = getattr(torch, AMP_DTYPES[amp])
+    scaler = make_grad_scaler(torch, device) if amp == "fp16" else None
+    cache = mode != "cuda-graph"
+
+    def amp_step(x, y):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        with torch.autocast(device, dtype=low, cache_enabled=cache):
+            loss = loss_fn(model(x), y)  # cross entropy: on autocast's float32 list
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return loss
 
-    return model, opt, step
+    amp_step.scaler = scaler  # CudaGraphStep resets it after its warm-up
+    return model, opt, amp_step
 
 
 class Batches:
@@ -538,6 +613,12 @@ class CudaGraphStep:
                 for v in state.values():
                     if torch.is_tensor(v):
                         v.zero_()
+            # fp16: the GradScaler's scale and growth tracker back to their start (private
+            # attributes; the warm-up's steps counted towards growth_interval).
+            scaler = getattr(self.step, "scaler", None)
+            if scaler is not None:
+                scaler._scale.fill_(scaler._init_scale)
+                scaler._growth_tracker.zero_()
         # Gradients are None here, so backward allocates them from the graph's pool and each
         # replay writes them afresh (the step's own zero_grad is then a no-op during capture).
         self.opt.zero_grad(set_to_none=True)
@@ -644,7 +725,7 @@ def measure_row(ctx, workload, batch, mode):
     release(torch, ctx.cuda)
     if ctx.cuda:
         torch.cuda.reset_peak_memory_stats()
-    model, opt, step = build_training(torch, spec, ctx.device, args.seed, mode)
+    model, opt, step = build_training(torch, spec, ctx.device, args.seed, mode, args.amp)
     stepper = make_stepper(torch, mode, model, opt, step)
     batches = Batches(torch, ctx.device, args.seed, schedule, spec["layers"][0],
                       spec["layers"][-1])
@@ -699,7 +780,7 @@ def eager_loss(ctx, workload, schedule):
     torch = ctx.torch
     release(torch, ctx.cuda)
     spec = WORKLOADS[workload]
-    _, _, step = build_training(torch, spec, ctx.device, ctx.args.seed)
+    _, _, step = build_training(torch, spec, ctx.device, ctx.args.seed, None, ctx.args.amp)
     batches = Batches(torch, ctx.device, ctx.args.seed, schedule, spec["layers"][0],
                       spec["layers"][-1])
     loss = None
@@ -719,9 +800,10 @@ def probe_main(args):
     batch = int(batch)
     configure_tf32(torch, args.tf32)
     device = resolve_device(torch, args.device)
+    check_amp_device(args.amp, device)
     spec = WORKLOADS[workload]
     schedule = dynamic_schedule(batch) if mode == "dynamic" else [batch]
-    model, opt, step = build_training(torch, spec, device, args.seed, mode)
+    model, opt, step = build_training(torch, spec, device, args.seed, mode, args.amp)
     stepper = make_stepper(torch, mode, model, opt, step)
     batches = Batches(torch, device, args.seed, schedule, spec["layers"][0], spec["layers"][-1])
     if device == "cuda":
@@ -752,7 +834,8 @@ def probe_first_step(args, device, workload, batch, mode):
     """(cold_ms, warm_ms): two new processes sharing a fresh compile cache directory."""
     cmd = [sys.executable, os.path.abspath(__file__), "--probe",
            "{},{},{}".format(workload, batch, mode), "--device", device, "--seed",
-           str(args.seed), "--optimizer", args.optimizer] + (["--tf32"] if args.tf32 else [])
+           str(args.seed), "--optimizer", args.optimizer, "--amp", args.amp] + \
+        (["--tf32"] if args.tf32 else [])
     with tempfile.TemporaryDirectory(prefix="torch_mlp_cache_") as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache,
                    TRITON_CACHE_DIR=os.path.join(cache, "triton"))
@@ -770,12 +853,19 @@ def error_message(e):
     return " | ".join(lines[:3])[:500] or type(e).__name__
 
 
+def check_amp_device(amp, device):
+    if amp == "fp16" and device != "cuda":
+        sys.exit("torch_mlp: --amp fp16 needs CUDA (float16 autocast with a GradScaler); on the "
+                 "CPU use --amp bf16 or none")
+
+
 def run_benchmark(args):
     torch = import_torch()
     configure_tf32(torch, args.tf32)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(torch, args.device)
+    check_amp_device(args.amp, device)
     for k, v in DEFAULTS[device].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -789,9 +879,17 @@ def run_benchmark(args):
     rows, eager_refs = [], {}
     for i, (w, b, m) in enumerate(plan, 1):
         tag = "[{:>{}}/{}] {} B={} {}".format(i, len(str(len(plan))), len(plan), w, b, m)
+        if args.amp != "none":
+            tag += " amp " + args.amp
         if device == "cpu" and m not in CPU_MODES:
-            rows.append(failed_row(w, b, m, "skipped", "needs CUDA: not run on the CPU"))
+            rows.append(failed_row(w, b, m, "skipped", "needs CUDA: not run on the CPU",
+                                   args.amp))
             progress(tag + ": skipped (CPU)")
+            continue
+        skip = amp_skip_reason(m, args.amp, args.optimizer)
+        if skip:
+            rows.append(failed_row(w, b, m, "skipped", skip, args.amp))
+            progress("{}: skipped: {}".format(tag, skip))
             continue
         progress(tag + ": running")
         try:
@@ -811,11 +909,12 @@ def run_benchmark(args):
                 release(torch, ctx.cuda)
                 progress(tag + ": first-step probes (2 new processes)")
                 first = probe_first_step(args, device, w, b, m)
-            row = ok_row(w, b, m, meas, peak, first, args.loss_steps, eager_refs[(w, schedule)])
+            row = ok_row(w, b, m, meas, peak, first, args.loss_steps, eager_refs[(w, schedule)],
+                         args.amp)
             progress("{}: {:.1f} us/step, {:.0f} steps/s, loss {:.6f}".format(
                 tag, row["us_per_step"], row["steps_per_s"], row["loss"]))
         except Exception as e:  # a failing mode is a result, not the end of the run
-            row = failed_row(w, b, m, "error", error_message(e))
+            row = failed_row(w, b, m, "error", error_message(e), args.amp)
             progress("{}: error: {}".format(tag, row["error"]))
         rows.append(row)
     config = {"warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
@@ -884,6 +983,9 @@ def parse_args(argv=None):
     ap.add_argument("--optimizer", choices=["sgd", "adamw", "adamw-fused"], default="sgd",
                     help="sgd (each workload's own) or AdamW for every workload, foreach=True "
                          "(adamw) or fused=True (adamw-fused)")
+    ap.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none",
+                    help="mixed precision: torch.autocast to bfloat16 or float16 around forward "
+                         "+ loss; fp16 adds a GradScaler (CUDA only). Default none")
     ap.add_argument("--json", metavar="PATH", help="write the results here")
     ap.add_argument("--no-first-step", action="store_true",
                     help="skip the first-step probes (new processes); first_step_ms is null")

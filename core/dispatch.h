@@ -30,31 +30,37 @@ inline Tensor dispatch(OpId op, std::initializer_list<Tensor> inputs, const Attr
   return dispatch(op, std::span<const Tensor>(inputs.begin(), inputs.size()), attrs, out);
 }
 
-// The inputs of a multi-tensor update (OpKind::MultiTensor), from its attrs:
-// [hyperparameters, step, params[n], grads[n], then n per optimizer state group]. The update
-// writes the parameters and every state group in place, and the step with attrs.increment_step.
-// It has no output, so this is how dispatch (version bumps, autograd's in-place check) and
-// executors know what it writes.
+// The inputs of a multi-tensor op (OpKind::MultiTensor), from its attrs:
+// [hyperparameters, step, params[n], grads[n], then n per optimizer state group, then
+// (skip_if_found_inf) found_inf]. An update writes the parameters and every state group in
+// place, and the step with attrs.increment_step. amp_unscale (grads_only) has one list:
+// [inv_scale, found_inf, grads[n]], and writes the gradients and found_inf (slot kStep).
+// The ops have no output, so this is how dispatch (version bumps, autograd's in-place check)
+// and executors know what they write.
 struct MultiTensorLayout {
   int64_t n = 0;             // parameters
   int32_t state_groups = 0;  // state tensors per parameter (SGD's momentum buffer: one)
-  bool writes_step = false;
+  bool writes_step = false;  // slot kStep: the step count, or amp_unscale's found_inf
+  int32_t lists = 2;         // per-tensor lists before the states: params and grads, or grads
+  bool reads_found_inf = false;
 
   // attrs.num_states counts the state tensors of the updates that set it (Adam's exp_avg,
   // exp_avg_sq, ...); sgd_update leaves it 0 and has one state group with momentum buffers.
   static MultiTensorLayout of(const Attrs& a) {
     const int32_t states =
         a.num_states > 0 ? static_cast<int32_t>(a.num_states) : (a.momentum_buffers ? 1 : 0);
-    return {a.num_tensors, states, a.increment_step};
+    return {a.num_tensors, states, a.increment_step || a.grads_only, a.grads_only ? 1 : 2,
+            a.skip_if_found_inf};
   }
   static constexpr size_t kHyper = 0, kStep = 1;
   size_t param(int64_t i) const { return static_cast<size_t>(2 + i); }
-  size_t grad(int64_t i) const { return static_cast<size_t>(2 + n + i); }
+  size_t grad(int64_t i) const { return static_cast<size_t>(2 + (lists - 1) * n + i); }
   size_t state(int32_t group, int64_t i) const {
-    return static_cast<size_t>(2 + (2 + group) * n + i);
+    return static_cast<size_t>(2 + (lists + group) * n + i);
   }
-  size_t inputs() const { return static_cast<size_t>(2 + (2 + state_groups) * n); }
-  // Calls f(index) for every input the update writes.
+  size_t found_inf() const { return static_cast<size_t>(2 + (lists + state_groups) * n); }
+  size_t inputs() const { return found_inf() + (reads_found_inf ? 1 : 0); }
+  // Calls f(index) for every input the op writes.
   template <class F>
   void for_each_written(F&& f) const {
     for (int64_t i = 0; i < n; ++i) f(param(i));

@@ -240,6 +240,8 @@ MultiTensorShape multi_tensor_shape(OpId op, const Attrs& a) {
       return {5, 1 + (a.momentum_buffers ? 1 : 0) + (a.centered ? 1 : 0), kFloat64};
     case OpId::adagrad_update:  // {lr, lr_decay, weight_decay, eps}; sum
       return {4, 1, kFloat64};
+    case OpId::amp_unscale:  // {inv_scale}; no states
+      return {1, 0, kFloat32};
     default:
       EMBER_FAIL(op_name(op), ": not a multi-tensor update");
   }
@@ -387,13 +389,23 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                   " [", want.hyper,
                   "] tensor on ", dev.str(), ", got ", dtype_name(in[0].dtype()), " ",
                   in[0].sizes(), " on ", in[0].device().str());
+      EMBER_CHECK(layout.lists == (op == OpId::amp_unscale ? 1 : 2), name,
+                  op == OpId::amp_unscale ? ": needs grads_only" : ": grads_only is amp_unscale's");
+      const char* slot1 = op == OpId::amp_unscale ? "found_inf" : "step";
       EMBER_CHECK(in[1].numel() == 1 && in[1].dtype() == kFloat32 && in[1].device() == dev,
-                  name, ": step must be a float32 scalar on ", dev.str());
+                  name, ": ", slot1, " must be a float32 scalar on ", dev.str(), ", got ",
+                  dtype_name(in[1].dtype()), " ", in[1].sizes(), " on ", in[1].device().str());
+      if (layout.reads_found_inf) {
+        const Tensor& f = in[layout.found_inf()];
+        EMBER_CHECK(f.numel() == 1 && f.dtype() == kFloat32 && f.device() == dev, name,
+                    ": found_inf must be a float32 scalar on ", dev.str(), ", got ",
+                    dtype_name(f.dtype()), " ", f.sizes(), " on ", f.device().str());
+      }
       for (int64_t i = 0; i < n; ++i) {
         const Tensor& p = in[layout.param(i)];
         check_dtype(op, p.dtype(), static_cast<int>(layout.param(i)));
         EMBER_CHECK(p.is_contiguous(), name, ": parameter ", i, " must be contiguous");
-        for (int g = -1; g < layout.state_groups; ++g) {
+        for (int g = layout.lists == 2 ? -1 : 0; g < layout.state_groups; ++g) {
           const Tensor& t = in[g < 0 ? layout.grad(i) : layout.state(g, i)];
           EMBER_CHECK(t.sizes() == p.sizes() && t.dtype() == p.dtype() && t.device() == dev &&
                           t.is_contiguous(),

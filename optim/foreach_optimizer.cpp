@@ -138,6 +138,10 @@ void ForeachOptimizer::run_update(size_t group, size_t slot, const std::vector<s
   a.num_tensors = static_cast<int64_t>(idx.size());
   a.num_states = kept;
   a.increment_step = count_step;
+  if (found_inf().defined()) {
+    inputs_.push_back(found_inf());  // GradScaler's flag: set, the update changes nothing
+    a.skip_if_found_inf = true;
+  }
   dispatch(sp.op, std::span<const Tensor>(inputs_), a);
   // Let go of the tensors (keeping the capacity): holding them would keep this step's gradients
   // alive through the next forward and backward.
@@ -197,7 +201,7 @@ void ForeachOptimizer::step() {
     for (size_t s = 0; s < st.slots.size(); ++s) {
       bool counted = false;
       for (size_t b = 0; b < n_buckets && !counted; ++b) counted = buckets_[b].slot == s;
-      if (!counted) st.slots[s].step.add_(st.slots[s].one);
+      if (!counted) count_step(st.slots[s].step, st.slots[s].one);
     }
     ++st.steps;
     for (Tensor& t : grads_) t = Tensor();

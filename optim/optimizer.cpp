@@ -4,11 +4,37 @@
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace ember::optim {
 
 Optimizer::Optimizer(std::unique_ptr<OptimizerOptions> defaults) : defaults_(std::move(defaults)) {
   EMBER_CHECK(defaults_ != nullptr, "optimizer: default options are missing");
+}
+
+void Optimizer::step_unless_found_inf(const Tensor& found_inf) {
+  EMBER_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
+              name(), ".step: found_inf must be a float32 scalar, got ",
+              found_inf.defined() ? std::string(dtype_name(found_inf.dtype())) : "undefined",
+              found_inf.defined() ? found_inf.sizes() : Shape{});
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const Tensor& p : groups_[g].params)
+      EMBER_CHECK(p.device() == found_inf.device(), name(), ".step: a parameter of group ", g,
+                  " is on ", p.device().str(), " but found_inf on ", found_inf.device().str(),
+                  " (one GradScaler per device)");
+  struct Clear {
+    Tensor& t;
+    ~Clear() { t = Tensor(); }
+  } clear{found_inf_};
+  found_inf_ = found_inf;
+  step();
+}
+
+void Optimizer::count_step(Tensor& step, const Tensor& one) const {
+  if (found_inf_.defined())
+    step.add_(sub(one, found_inf_));
+  else
+    step.add_(one);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -70,6 +70,10 @@ class Optimizer {
 
   // One update of every parameter that has a gradient; parameters without one are skipped.
   virtual void step() = 0;
+  // step(), except that every update reads `found_inf` (a float32 scalar on the parameters'
+  // device, GradScaler's) on the device and changes nothing, step counts included, where it is
+  // not 0: a skipped step with no host read, so a compiled step stays one graph.
+  void step_unless_found_inf(const Tensor& found_inf);
 
   // Clears the gradients of every parameter: drops them (set_to_none, the default, like
   // PyTorch 2) or writes zeros into the existing ones.
@@ -106,8 +110,16 @@ class Optimizer {
   virtual void on_group_added(size_t group) = 0;
   virtual void on_lr_changed(size_t group) = 0;
 
+  // For the updates of a step: the flag step_unless_found_inf passes, or undefined.
+  const Tensor& found_inf() const { return found_inf_; }
+  // Adds `one` to a step counter, or 1 - found_inf under step_unless_found_inf.
+  void count_step(Tensor& step, const Tensor& one) const;
+
   std::vector<ParamGroup> groups_;
   std::unique_ptr<OptimizerOptions> defaults_;
+
+ private:
+  Tensor found_inf_;
 };
 
 }  // namespace ember::optim

@@ -144,6 +144,10 @@ void SGD::run_update(size_t group, size_t slot, const std::vector<size_t>& idx, 
   a.momentum_buffers = use_buffers;
   // zero_step is shared and must stay 0: only the slot's own counter is ever counted.
   a.increment_step = count_step && !first_step;
+  if (found_inf().defined()) {
+    inputs_.push_back(found_inf());  // GradScaler's flag: set, the update changes nothing
+    a.skip_if_found_inf = true;
+  }
   dispatch(OpId::sgd_update, std::span<const Tensor>(inputs_), a);
   // Let go of the tensors (keeping the capacity): holding them would keep this step's gradients
   // alive through the next forward and backward, and a compiled step's last traced gradients
@@ -236,7 +240,7 @@ void SGD::step() {
       bool counted = false;
       for (size_t b = 0; b < n_buckets && !counted; ++b)
         counted = buckets_[b].slot == s && !buckets_[b].ready.empty();
-      if (!counted) st.slots[s].step.add_(st.slots[s].one);
+      if (!counted) count_step(st.slots[s].step, st.slots[s].one);
     }
     ++st.steps;
     for (Tensor& t : grads_) t = Tensor();

@@ -30,6 +30,7 @@
 #include "nn/serialize.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "optim/rmsprop.h"

@@ -15,4 +15,7 @@ void random(const KernelCall& call);         // random.cpp
 void multi_tensor(const KernelCall& call);   // multi_tensor.cpp (sgd_update)
 // optimizer_kernels.cpp (adam_update, rmsprop_update, adagrad_update)
 void optimizer_update(const KernelCall& call);
+void amp_unscale(const KernelCall& call);  // amp.cpp: GradScaler's unscale and inf check
+// Whether a multi-tensor update was handed a found_inf that is set (multi_tensor.cpp).
+bool found_inf_set(const KernelCall& call);
 }  // namespace ember::kernels::cpu

@@ -89,9 +89,10 @@ void sgd_update(const KernelCall& call) {
   const auto& in = call.inputs;
   const Attrs& a = call.attrs;
   const int64_t n = a.num_tensors;
-  const size_t want = 2 + static_cast<size_t>(n) * (a.momentum_buffers ? 3 : 2);
+  const size_t want = MultiTensorLayout::of(a).inputs();
   EMBER_CHECK(n > 0 && in.size() == want, "sgd_update: expected ", want, " tensors for ", n,
               " parameters, got ", in.size());
+  if (found_inf_set(call)) return;  // GradScaler's skipped step: nothing moves, nor the count
   EMBER_CHECK(in[0].dtype() == kFloat32 && in[0].numel() == 4 && in[0].is_contiguous() &&
                   in[1].dtype() == kFloat32 && in[1].numel() == 1,
               "sgd_update: expected float32 hyperparameters [4] and a float32 step, got ",
@@ -138,10 +139,21 @@ void sgd_update(const KernelCall& call) {
 
 }  // namespace
 
+bool found_inf_set(const KernelCall& call) {
+  const MultiTensorLayout layout = MultiTensorLayout::of(call.attrs);
+  if (!layout.reads_found_inf) return false;
+  const Tensor& f = call.inputs[layout.found_inf()];
+  EMBER_CHECK(f.dtype() == kFloat32 && f.numel() == 1 && f.device().is_cpu(), op_name(call.op),
+              ": found_inf must be a float32 scalar on the cpu");
+  return *static_cast<const float*>(f.raw_data()) != 0.0f;
+}
+
 void multi_tensor(const KernelCall& call) {
   switch (call.op) {
     case OpId::sgd_update:
       return sgd_update(call);
+    case OpId::amp_unscale:
+      return amp_unscale(call);
     default:
       return optimizer_update(call);  // the Adam family (optimizer_kernels.cpp)
   }

@@ -180,6 +180,7 @@ void adagrad_update(const KernelCall& call) {
 }  // namespace
 
 void optimizer_update(const KernelCall& call) {
+  if (found_inf_set(call)) return;  // GradScaler's skipped step: nothing moves, nor the count
   switch (call.op) {
     case OpId::adam_update:
       return adam_update(call);

@@ -17,4 +17,7 @@ void random(const KernelCall& call);
 void multi_tensor(const KernelCall& call);  // sgd_update (optim/)
 // adam_update, rmsprop_update, adagrad_update (optimizer_kernels.cu)
 void optimizer_update(const KernelCall& call);
+void amp_unscale(const KernelCall& call);  // amp.cu: GradScaler's unscale and inf check
+// A multi-tensor update's found_inf (GradScaler's) as a device pointer, or null without one.
+const float* found_inf_of(const KernelCall& call);
 }  // namespace ember::kernels::cuda

@@ -37,7 +37,8 @@ void sgd_update(const KernelCall& call) {
   const auto& in = call.inputs;
   const Attrs& a = call.attrs;
   const int64_t n = a.num_tensors;
-  const size_t want = 2 + static_cast<size_t>(n) * (a.momentum_buffers ? 3 : 2);
+  const MultiTensorLayout layout = MultiTensorLayout::of(a);
+  const size_t want = layout.inputs();
   EMBER_CHECK(n > 0 && in.size() == want, "sgd_update: expected ", want, " tensors for ", n,
               " parameters, got ", in.size());
   const Tensor &hyper = in[0], &step = in[1];
@@ -50,6 +51,7 @@ void sgd_update(const KernelCall& call) {
   cudaStream_t s = stream(device);
   const dev::SgdFlags flags{a.nesterov, a.maximize, a.momentum_buffers};
   unsigned* const step_ticket = a.increment_step ? finish_scratch(device).step_ticket : nullptr;
+  const float* const found_inf = found_inf_of(call);
   for (int64_t base = 0; base < n; base += dev::kMultiTensorMax) {
     const bool last_launch = base + dev::kMultiTensorMax >= n;
     dev::SgdTensors ts{};
@@ -82,7 +84,7 @@ void sgd_update(const KernelCall& call) {
     // A thread per item, up to what the device holds at once (then the grid strides).
     dev::sgd_update_kernel<<<grid_stride_blocks(items, kThreads, device), kThreads, 0, s>>>(
         ts, static_cast<const float*>(hyper.raw_data()), static_cast<float*>(step.raw_data()),
-        ticket, flags, device_error_raised(device));
+        ticket, flags, device_error_raised(device), found_inf);
     check_launch("sgd_update");
   }
 }
@@ -93,6 +95,8 @@ void multi_tensor(const KernelCall& call) {
   switch (call.op) {
     case OpId::sgd_update:
       return sgd_update(call);
+    case OpId::amp_unscale:
+      return amp_unscale(call);
     default:
       return optimizer_update(call);  // the Adam family (optimizer_kernels.cu)
   }

@@ -115,17 +115,19 @@ __device__ __forceinline__ void sgd_item(void* param, const void* grad, void* bu
 // step_ticket: null, or a counter that is 0 at launch: then the launch also sets step to its
 // old value + 1 once every block has read the old one (not restrict or const: written here).
 // error_raised: the device error flag's word in device memory (device_error.cuh); null skips
-// the check.
+// the check. found_inf: null, or GradScaler's flag: set, the launch changes nothing either.
 __global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper, float* step,
                                   unsigned* step_ticket, SgdFlags f,
-                                  const unsigned* error_raised) {
+                                  const unsigned* error_raised, const float* found_inf) {
   // One read per block, by the thread that later takes the block's ticket, so the read comes
   // before the ticket in that thread's own program order.
   __shared__ float step_seen;
   __shared__ bool failed;
   if (threadIdx.x == 0) {
     step_seen = *step;
-    failed = error_raised != nullptr && *static_cast<const volatile unsigned*>(error_raised) != 0;
+    failed = (error_raised != nullptr &&
+              *static_cast<const volatile unsigned*>(error_raised) != 0) ||
+             (found_inf != nullptr && *found_inf != 0.0f);
   }
   __syncthreads();
   const float lr = hyper[0], momentum = hyper[1], dampening = hyper[2], wd = hyper[3];

@@ -22,19 +22,19 @@ int item_elems(DType t) { return 16 / static_cast<int>(element_size(t)); }
 template <dev::OptimKind Kind>
 void launch_kind(DType t, unsigned blocks, cudaStream_t s, const dev::OptimTensors& ts,
                  const double* h, float* st, unsigned* ticket, dev::OptimFlags f,
-                 const unsigned* err) {
+                 const unsigned* err, const float* inf) {
   switch (t) {
     case DType::Float32:
-      dev::optim_update_kernel<Kind, float><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      dev::optim_update_kernel<Kind, float><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err, inf);
       break;
     case DType::Float64:
-      dev::optim_update_kernel<Kind, double><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      dev::optim_update_kernel<Kind, double><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err, inf);
       break;
     case DType::Float16:
-      dev::optim_update_kernel<Kind, __half><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      dev::optim_update_kernel<Kind, __half><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err, inf);
       break;
     default:  // BFloat16: the only other dtype the launcher lets through
-      dev::optim_update_kernel<Kind, __nv_bfloat16><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err);
+      dev::optim_update_kernel<Kind, __nv_bfloat16><<<blocks, kThreads, 0, s>>>(ts, h, st, ticket, f, err, inf);
       break;
   }
 }
@@ -77,6 +77,7 @@ void optimizer_update(const KernelCall& call) {
   const int device = dev.index;
   cudaStream_t s = stream(device);
   unsigned* const step_ticket = a.increment_step ? finish_scratch(device).step_ticket : nullptr;
+  const float* const inf = found_inf_of(call);
   // One launch per run of up to kOptimMax parameters of one dtype (a group is nearly always a
   // single run); the last launch counts the step.
   for (int64_t base = 0; base < n;) {
@@ -121,13 +122,13 @@ void optimizer_update(const KernelCall& call) {
     const unsigned* err = device_error_raised(device);
     switch (flags.kind) {
       case dev::kOptAdam:
-        launch_kind<dev::kOptAdam>(t, blocks, s, ts, h, st, ticket, flags, err);
+        launch_kind<dev::kOptAdam>(t, blocks, s, ts, h, st, ticket, flags, err, inf);
         break;
       case dev::kOptRmsprop:
-        launch_kind<dev::kOptRmsprop>(t, blocks, s, ts, h, st, ticket, flags, err);
+        launch_kind<dev::kOptRmsprop>(t, blocks, s, ts, h, st, ticket, flags, err, inf);
         break;
       case dev::kOptAdagrad:
-        launch_kind<dev::kOptAdagrad>(t, blocks, s, ts, h, st, ticket, flags, err);
+        launch_kind<dev::kOptAdagrad>(t, blocks, s, ts, h, st, ticket, flags, err, inf);
         break;
     }
     check_launch(flags.kind == dev::kOptAdam      ? "adam_update"

@@ -151,7 +151,8 @@ __device__ __forceinline__ void optim_item(const OptimTensors& ts, int k, int64_
 // hyper: float64, the op's hyperparameters; step: float32 updates taken so far. step_ticket:
 // null, or a counter that is 0 at launch: then the launch also sets step to its old value + 1
 // once every block has read the old one. error_raised: the device error flag's word (null skips
-// the check). Every tensor of ts is stored as T (the launcher splits a group at dtype changes):
+// the check); found_inf: null, or GradScaler's flag, which when set also makes the launch change
+// nothing (the step count included). Every tensor of ts is stored as T (the launcher splits a group at dtype changes):
 // one storage type per kernel keeps a single item path in registers, where a per-item switch
 // over four held enough registers to halve the occupancy and the update's bandwidth.
 template <OptimKind Kind, class T>
@@ -159,7 +160,8 @@ __global__ void __launch_bounds__(256) optim_update_kernel(OptimTensors ts,
                                                            const double* __restrict__ hyper,
                                                            float* step, unsigned* step_ticket,
                                                            OptimFlags f,
-                                                           const unsigned* error_raised) {
+                                                           const unsigned* error_raised,
+                                                           const float* found_inf) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   // The scalars (float64 powers of the betas, a square root) are worked out once per block, by
   // the thread that reads the step, and shared.
@@ -168,7 +170,9 @@ __global__ void __launch_bounds__(256) optim_update_kernel(OptimTensors ts,
   __shared__ OptimScalars<Kind, Acc> scalars;
   if (threadIdx.x == 0) {
     step_seen = *step;
-    failed = error_raised != nullptr && *static_cast<const volatile unsigned*>(error_raised) != 0;
+    failed = (error_raised != nullptr &&
+              *static_cast<const volatile unsigned*>(error_raised) != 0) ||
+             (found_inf != nullptr && *found_inf != 0.0f);
     scalars = OptimScalars<Kind, Acc>(hyper, step_seen);
   }
   __syncthreads();
