@@ -54,6 +54,7 @@ struct RunOptions {
   bool no_kernel_count = false;
   int threads = 0;  // 0: the intra-op pool's default (EMBER_NUM_THREADS or every core)
   std::string optimizer = "sgd";
+  std::string amp = "none";
 };
 
 struct ProbeOptions {
@@ -62,6 +63,7 @@ struct ProbeOptions {
   uint64_t seed = 0;
   bool tf32 = false;
   std::string optimizer = "sgd";
+  std::string amp = "none";
 };
 
 Device pick_device(const std::string& name) {
@@ -199,7 +201,7 @@ int cmd_run(RunOptions o, const std::string& command) {
   no_repeats(o.workloads, "workloads");
   std::vector<Workload> selected;
   for (const std::string& name : o.workloads)
-    selected.push_back(with_optimizer(find_workload(name), o.optimizer));
+    selected.push_back(with_amp(with_optimizer(find_workload(name), o.optimizer), o.amp));
   std::vector<const Workload*> workloads;
   for (const Workload& w : selected) workloads.push_back(&w);
   set_allow_tf32(o.tf32);
@@ -268,7 +270,7 @@ int cmd_run(RunOptions o, const std::string& command) {
         ++index;
         const std::string what = w.name + " batch " + std::to_string(batch) + " " + mode;
         const std::vector<int64_t> schedule = schedule_for(mode, batch);
-        json row = {{"workload", w.name}, {"batch", batch}, {"mode", mode}};
+        json row = {{"workload", w.name}, {"batch", batch}, {"mode", mode}, {"amp", w.amp}};
         try {
           progress.show(index, what, "timing");
           const Timing t = time_steps(w, mode, schedule, s);
@@ -347,7 +349,7 @@ int cmd_child(const ProbeOptions& p, bool count_kernels) {
   s.dev = pick_device(p.device);
   s.seed = p.seed;
   s.tf32 = p.tf32;
-  const Workload w = with_optimizer(find_workload(p.workload), p.optimizer);
+  const Workload w = with_amp(with_optimizer(find_workload(p.workload), p.optimizer), p.amp);
   const std::vector<int64_t> schedule = schedule_for(p.mode, p.batch);
   const double v = count_kernels ? kernels_per_step_here(w, p.mode, schedule, s)
                                  : first_step_ms_here(w, p.mode, schedule, s);
@@ -400,6 +402,10 @@ int main(int argc, char** argv) {
                   "sgd (each workload's own) or adamw (AdamW, PyTorch's defaults) for every workload")
       ->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
+  run->add_option("--amp", ro.amp,
+                  "none, bf16 (autocast) or fp16 (autocast and a GradScaler) for every workload")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))
+      ->capture_default_str();
   run->add_option("--json", ro.json_path, "write every figure to this JSON file (bench/schema)");
   run->add_flag("--no-first-step", ro.no_first_step,
                 "skip the first-step figures (each takes two new processes)");
@@ -420,6 +426,7 @@ int main(int argc, char** argv) {
     sub->add_option("--seed", po.seed);
     sub->add_flag("--tf32", po.tf32);
     sub->add_option("--optimizer", po.optimizer);
+    sub->add_option("--amp", po.amp);
     return sub;
   };
   CLI::App* probe = add_child("probe", "time the first step in this new process");

@@ -67,8 +67,16 @@ struct State {
   nn::Sequential model;
   std::unique_ptr<optim::Optimizer> opt;
   nn::CrossEntropyLoss criterion;
-  State(const Workload& w, Device dev)
-      : model(on_device(build_model(w), dev)), opt(make_optimizer(w, model->parameters())) {}
+  Device dev;
+  bool amp = false;
+  DType amp_dtype = kBFloat16;
+  std::unique_ptr<optim::GradScaler> scaler;  // fp16 only
+  State(const Workload& w, Device d)
+      : model(on_device(build_model(w), d)), opt(make_optimizer(w, model->parameters())), dev(d) {
+    amp = w.amp != "none";
+    amp_dtype = w.amp == "fp16" ? kFloat16 : kBFloat16;
+    if (w.amp == "fp16") scaler = std::make_unique<optim::GradScaler>(dev);
+  }
   static nn::Sequential on_device(nn::Sequential m, Device dev) {
     m->to(dev);
     return m;
@@ -81,9 +89,25 @@ struct StepFn {
   State* s;
   Tensor operator()(const Tensor& x, const Tensor& y) const {
     s->opt->zero_grad();
-    Tensor loss = s->criterion(s->model(x), y);
-    loss.backward();
-    s->opt->step();
+    if (!s->amp) {
+      Tensor loss = s->criterion(s->model(x), y);
+      loss.backward();
+      s->opt->step();
+      return loss;
+    }
+    Tensor loss;
+    {
+      AutocastGuard autocast(s->dev.type, s->amp_dtype);
+      loss = s->criterion(s->model(x), y);
+    }
+    if (s->scaler) {
+      s->scaler->scale(loss).backward();
+      s->scaler->step(*s->opt);
+      s->scaler->update();
+    } else {
+      loss.backward();
+      s->opt->step();
+    }
     return loss;
   }
 };
@@ -342,7 +366,7 @@ std::vector<std::string> child_args(const char* command, const Workload& w, cons
   std::vector<std::string> a = {command, "--device", s.dev.str(),           "--workload",
                                 w.name,  "--batch",  std::to_string(batch), "--mode",
                                 mode,    "--seed",   std::to_string(s.seed),
-                                "--optimizer", w.optimizer};
+                                "--optimizer", w.optimizer, "--amp", w.amp};
   if (s.tf32) a.emplace_back("--tf32");
   return a;
 }

@@ -35,6 +35,14 @@ Workload with_optimizer(const Workload& w, const std::string& optimizer) {
   return out;
 }
 
+Workload with_amp(const Workload& w, const std::string& amp) {
+  EMBER_CHECK(amp == "none" || amp == "bf16" || amp == "fp16", "ember_bench: unknown amp '", amp,
+              "' (known: none, bf16, fp16)");
+  Workload out = w;
+  out.amp = amp;
+  return out;
+}
+
 std::unique_ptr<optim::Optimizer> make_optimizer(const Workload& w, std::vector<Tensor> params) {
   if (w.optimizer == "adamw")
     return std::make_unique<optim::AdamW>(

@@ -21,6 +21,9 @@ struct Workload {
   // eps 1e-8, weight_decay 1e-2); the same on the PyTorch side (bench/torch_mlp.py).
   std::string optimizer = "sgd";
   double weight_decay = 0;
+  // "none", or the autocast dtype of the forward and loss: "bf16", or "fp16" with a GradScaler
+  // (init_scale 65536, PyTorch's defaults); the same on the PyTorch side.
+  std::string amp = "none";
 };
 
 // Every workload, in the order a run takes them.
@@ -31,6 +34,8 @@ const Workload& find_workload(const std::string& name);
 // `w` trained by `optimizer` ("sgd": as defined; "adamw": AdamW with PyTorch's defaults); an
 // ember::Error naming the known ones otherwise.
 Workload with_optimizer(const Workload& w, const std::string& optimizer);
+// `w` under autocast `amp` ("none", "bf16", "fp16"); an ember::Error naming them otherwise.
+Workload with_amp(const Workload& w, const std::string& amp);
 // The workload's optimizer over `params`.
 std::unique_ptr<optim::Optimizer> make_optimizer(const Workload& w, std::vector<Tensor> params);
 
