@@ -704,6 +704,21 @@ Entry entry_for(OpId op, Rng& r) {
         return out;
       });
 
+    case OpId::amp_unscale:
+      // In place, no output; nothing recorded on the gradient it scales.
+      return not_differentiable([] {
+        Tensor g = from_vector<float>({2, -4}, {2});
+        Tensor found = zeros({});
+        Attrs a;
+        a.num_tensors = 1;
+        a.grads_only = true;
+        const Tensor out =
+            dispatch(OpId::amp_unscale, {from_vector<float>({0.5f}, {1}), found, g}, a);
+        CHECK_FALSE(g.requires_grad());
+        CHECK(g.to_vector<float>() == std::vector<float>{1, -2});
+        return out;
+      });
+
     case OpId::adam_update:
     case OpId::rmsprop_update:
     case OpId::adagrad_update:

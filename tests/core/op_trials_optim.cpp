@@ -161,3 +161,67 @@ void sgd_update_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& 
 }
 
 }  // namespace ember::test::optable
+
+namespace ember::test::optable {
+
+// amp_unscale: [inv_scale, found_inf, grads...]. The call unscales in place and returns every
+// gradient, flattened and concatenated, then found_inf (in the gradients' dtype). The reference:
+// g * inv_scale in float64, rounded to dt; found_inf 1 exactly when a gradient was not finite
+// (the case that plants an infinity), else the 0 it started at.
+void amp_unscale_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  struct Case {
+    std::vector<Shape> shapes;
+    double inv_scale;
+    bool plant_inf;
+  };
+  std::vector<Case> cases = {{{{7}, {3, 5}}, 1.0 / 1024, false},
+                             {{{130}, {0}, {4, 4}}, 0.3, false},
+                             {{{9}, {33}}, 0.125, true}};
+  Case many{{}, 0.7, false};
+  for (int i = 0; i < 100; ++i) many.shapes.push_back({i % 7 + 1});  // more than one launch holds
+  cases.push_back(many);
+  for (const Case& k : cases) {
+    const int64_t n = static_cast<int64_t>(k.shapes.size());
+    Trial t;
+    t.writes_inputs = true;
+    std::vector<Vec> g(k.shapes.size());
+    for (int64_t i = 0; i < n; ++i)
+      t.inputs.push_back(make_input(k.shapes[i], Layout::Contiguous, dt, c.domain, r, g[i]));
+    std::ostringstream what;
+    what << "amp_unscale(" << n << " " << dtype_name(dt) << " tensors, inv_scale " << k.inv_scale
+         << (k.plant_inf ? ", an infinity planted" : "") << ")";
+    t.what = what.str();
+    t.call = [k, n, dt](const std::vector<Tensor>& in, Device dev) {
+      if (k.plant_inf) in[1].flatten().slice(0, 2, 3).fill_(INFINITY);
+      const Tensor found = zeros({}, TensorOptions(kFloat32).device(dev));
+      std::vector<Tensor> args = {test::make({k.inv_scale}, {1}, kFloat32, dev), found};
+      for (int64_t i = 0; i < n; ++i) args.push_back(in[static_cast<size_t>(i)]);
+      Attrs a;
+      a.num_tensors = n;
+      a.grads_only = true;
+      dispatch(OpId::amp_unscale, std::span<const Tensor>(args), a);
+      std::vector<Tensor> flat;
+      for (int64_t i = 0; i < n; ++i) flat.push_back(in[static_cast<size_t>(i)].flatten());
+      flat.push_back(found.to(dt).view({1}));
+      return cat(flat, 0);
+    };
+    if (k.plant_inf) g[1][2] = INFINITY;
+    const double inv = static_cast<float>(k.inv_scale);
+    int64_t total = 0;
+    for (const Vec& v : g) {
+      total += static_cast<int64_t>(v.size());
+      for (double x : v) {
+        // (round_to's 16-bit encoder takes finite values only; an infinity stays one.)
+        t.expect.v.push_back(std::isfinite(x) ? test::round_to(dt, x * inv) : x * inv);
+        t.expect.scale.push_back(std::fabs(x * inv));
+      }
+    }
+    t.expect.v.push_back(k.plant_inf ? 1.0 : 0.0);
+    t.expect.scale.push_back(0);
+    t.expect.shape = {total + 1};
+    t.expect.dtype = dt;
+    out.push_back(std::move(t));
+  }
+}
+
+}  // namespace ember::test::optable

@@ -144,6 +144,7 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::adam_update, adam_update_trials},
       {OpId::rmsprop_update, rmsprop_update_trials},
       {OpId::adagrad_update, adagrad_update_trials},
+      {OpId::amp_unscale, amp_unscale_trials},
       {OpId::to_device, to_device_trials},
   };
   return k;
