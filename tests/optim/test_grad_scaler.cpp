@@ -331,9 +331,10 @@ void check_amp_fixture(const std::string& run, Device dev, Run mode) {
     CHECK(s.eager_calls == 0);
     CHECK(s.recompiles == 0);
     CHECK(s.replays >= steps - 4);
-    // On the GPU in reduce-overhead mode every replay is one captured CUDA graph: the scaler
-    // reads nothing back to the host.
-    if (mode == Run::ReduceOverhead) CHECK(s.graph_replays == s.replays);
+    // On the GPU in reduce-overhead mode every replay but the first (which runs the kernels
+    // once before the capture) is one captured CUDA graph: the scaler reads nothing back to
+    // the host, which a capture would refuse.
+    if (mode == Run::ReduceOverhead) CHECK(s.graph_replays >= s.replays - 1);
   }
 }
 
