@@ -27,7 +27,7 @@ struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
   bool drop_last = false;
-  std::optional<Device> device;  // where batches go; unset: where the dataset's tensors are
+  std::optional<Device> device{};  // where batches go; unset: where the dataset's tensors are
   bool prefetch = true;
   Generator* generator = nullptr;  // the shuffle's; null: the default generator
 };

@@ -17,6 +17,7 @@
 #include "jit/log.h"
 #include "nn/activation.h"
 #include "nn/clip_grad.h"
+#include "nn/conv.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/flatten.h"

@@ -1,0 +1,281 @@
+// Convolutions and pooling (nn/conv.h) against float64 loops written out here from PyTorch's
+// definitions (stride, padding incl. "same", dilation, groups; ceil_mode, count_include_pad,
+// adaptive windows), float64 gradcheck through each, the modules' parameters and init, bad
+// shapes named, and a compiled CNN training step equal to eager.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "core/factory.h"
+#include "core/host_values.h"
+#include "core/ops.h"
+#include "jit/compile.h"
+#include "nn/conv.h"
+#include "nn/activation.h"
+#include "nn/flatten.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/sequential.h"
+#include "optim/sgd.h"
+#include "test_util.h"
+
+using namespace ember;
+using Catch::Matchers::Contains;
+namespace F = ember::nn::functional;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+struct Conv {
+  int64_t N, C, H, W, OC, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw, G;
+  bool bias;
+};
+
+int64_t osize(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pad) {
+  return (in + pad - d * (k - 1) - 1) / s + 1;
+}
+
+// out[n][o][y][x] = b[o] + sum_{c in o's group, i, j} w[o][c][i][j] x[n][c][y sh - pt + i dh][...]
+Vec conv_reference(const Conv& c, const Vec& x, const Vec& w, const Vec& b, int64_t& oh,
+                   int64_t& ow) {
+  oh = osize(c.H, c.kh, c.sh, c.dh, c.pt + c.pb);
+  ow = osize(c.W, c.kw, c.sw, c.dw, c.pl + c.pr);
+  const int64_t Cg = c.C / c.G, OCg = c.OC / c.G;
+  Vec out(static_cast<size_t>(c.N * c.OC * oh * ow));
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t o = 0; o < c.OC; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          double acc = c.bias ? b[o] : 0;
+          const int64_t g = o / OCg;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t i = 0; i < c.kh; ++i)
+              for (int64_t j = 0; j < c.kw; ++j) {
+                const int64_t h = y * c.sh - c.pt + i * c.dh, ww = xx * c.sw - c.pl + j * c.dw;
+                if (h < 0 || h >= c.H || ww < 0 || ww >= c.W) continue;
+                const int64_t cin = g * Cg + ci;
+                acc += w[((o * Cg + ci) * c.kh + i) * c.kw + j] *
+                       x[((n * c.C + cin) * c.H + h) * c.W + ww];
+              }
+          out[((n * c.OC + o) * oh + y) * ow + xx] = acc;
+        }
+  return out;
+}
+
+Vec draws(int64_t n, uint64_t seed) {
+  manual_seed(seed);
+  return test::read(randn({n}, TensorOptions(kFloat64)));
+}
+
+void check_conv(const Conv& c, bool same) {
+  const Vec x = draws(c.N * c.C * c.H * c.W, 1), w = draws(c.OC * (c.C / c.G) * c.kh * c.kw, 2),
+            b = draws(c.OC, 3);
+  int64_t oh = 0, ow = 0;
+  const Vec want = conv_reference(c, x, w, b, oh, ow);
+  const Tensor xt = test::make(x, {c.N, c.C, c.H, c.W}, kFloat64);
+  const Tensor wt = test::make(w, {c.OC, c.C / c.G, c.kh, c.kw}, kFloat64);
+  const Tensor bt = c.bias ? test::make(b, {c.OC}, kFloat64) : Tensor();
+  F::ConvArgs a;
+  a.stride = {c.sh, c.sw};
+  a.dilation = {c.dh, c.dw};
+  a.groups = c.G;
+  a.same = same;
+  if (!same) a.padding = {c.pt, c.pl};
+  const Tensor y = F::conv2d(xt, wt, bt, a);
+  REQUIRE(y.sizes() == Shape{c.N, c.OC, oh, ow});
+  const Vec got = test::read(y);
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
+  // float32 too, within float32's rounding of the same sums.
+  const Vec got32 = test::read(F::conv2d(xt.to(kFloat32), wt.to(kFloat32),
+                                         c.bias ? bt.to(kFloat32) : Tensor(), a));
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got32[i] == Approx(want[i]).margin(1e-4));
+  // Gradients of input, weight and bias against finite differences.
+  std::vector<Tensor> in = {xt.clone().requires_grad_(), wt.clone().requires_grad_()};
+  if (c.bias) in.push_back(bt.clone().requires_grad_());
+  const std::string report = autograd::gradcheck_report(
+      [&](const std::vector<Tensor>& v) {
+        return F::conv2d(v[0], v[1], c.bias ? v[2] : Tensor(), a);
+      },
+      in);
+  CHECK(report == "");
+}
+
+}  // namespace
+
+TEST_CASE("conv2d matches a float64 loop: stride, padding, dilation, groups, no bias",
+          "[nn][conv]") {
+  // N C H W OC kh kw sh sw pt pb pl pr dh dw G bias
+  check_conv({2, 3, 7, 6, 4, 3, 2, 2, 1, 1, 1, 0, 0, 1, 2, 1, true}, false);
+  check_conv({1, 6, 5, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, true}, false);  // groups 3
+  check_conv({2, 4, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 4, false}, false);  // depthwise 1x1
+  check_conv({1, 2, 9, 9, 2, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, true}, false);   // stride 3x2
+}
+
+TEST_CASE("conv2d padding='same': the output keeps the input's size, odd totals to the end",
+          "[nn][conv]") {
+  // kernel 4 (total 3: 1 before, 2 after), kernel 3 with dilation 2 (total 4: 2 and 2).
+  check_conv({1, 2, 6, 7, 3, 4, 3, 1, 1, 1, 2, 2, 2, 1, 2, 1, true}, true);
+}
+
+TEST_CASE("conv1d matches conv2d on a height-1 input and a float64 loop", "[nn][conv]") {
+  const Vec x = draws(2 * 3 * 10, 4), w = draws(5 * 3 * 3, 5);
+  const Tensor xt = test::make(x, {2, 3, 10}, kFloat64), wt = test::make(w, {5, 3, 3}, kFloat64);
+  F::ConvArgs a;
+  a.stride = {2};
+  a.padding = {1};
+  const Tensor y = F::conv1d(xt, wt, Tensor(), a);
+  REQUIRE(y.sizes() == Shape{2, 5, 5});
+  const Vec got = test::read(y);
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t o = 0; o < 5; ++o)
+      for (int64_t l = 0; l < 5; ++l) {
+        double acc = 0;
+        for (int64_t c = 0; c < 3; ++c)
+          for (int64_t k = 0; k < 3; ++k) {
+            const int64_t p = l * 2 - 1 + k;
+            if (p >= 0 && p < 10) acc += w[(o * 3 + c) * 3 + k] * x[(n * 3 + c) * 10 + p];
+          }
+        CHECK(got[(n * 5 + o) * 5 + l] == Approx(acc).margin(1e-12));
+      }
+}
+
+TEST_CASE("max_pool2d, avg_pool2d, adaptive_avg_pool2d match float64 loops", "[nn][conv]") {
+  const int64_t N = 2, C = 3, H = 7, W = 8;
+  const Vec x = draws(N * C * H * W, 6);
+  const Tensor xt = test::make(x, {N, C, H, W}, kFloat64);
+  auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) {
+    return x[((n * C + c) * H + h) * W + w];
+  };
+  for (bool ceil_mode : {false, true}) {
+    for (bool include_pad : {true, false}) {
+      INFO("ceil_mode " << ceil_mode << ", count_include_pad " << include_pad);
+      F::PoolArgs a{{3, 2}, {2, 2}, {1, 1}, {1}, ceil_mode, include_pad};
+      const Tensor mx = F::max_pool2d(xt, a), av = F::avg_pool2d(xt, a);
+      // PyTorch's output size: floor or ceil of (H + 2p - k) / s + 1, the last window starting
+      // inside the input or its left padding.
+      auto out = [&](int64_t in, int64_t k, int64_t s, int64_t p) {
+        const int64_t span = in + 2 * p - k;
+        int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+        if (ceil_mode && (o - 1) * s >= in + p) --o;
+        return o;
+      };
+      const int64_t oh = out(H, 3, 2, 1), ow = out(W, 2, 2, 1);
+      REQUIRE(mx.sizes() == Shape{N, C, oh, ow});
+      REQUIRE(av.sizes() == Shape{N, C, oh, ow});
+      const Vec m = test::read(mx), v = test::read(av);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t y = 0; y < oh; ++y)
+            for (int64_t xx = 0; xx < ow; ++xx) {
+              const int64_t h0 = y * 2 - 1, w0 = xx * 2 - 1;
+              double best = -std::numeric_limits<double>::infinity(), s = 0;
+              for (int64_t h = h0; h < h0 + 3; ++h)
+                for (int64_t w = w0; w < w0 + 2; ++w)
+                  if (h >= 0 && h < H && w >= 0 && w < W) {
+                    best = std::max(best, at(n, c, h, w));
+                    s += at(n, c, h, w);
+                  }
+              const int64_t he = std::min(h0 + 3, H + 1), we = std::min(w0 + 2, W + 1);
+              const double cnt =
+                  include_pad ? static_cast<double>((he - h0) * (we - w0))
+                              : static_cast<double>((std::min(he, H) - std::max<int64_t>(h0, 0)) *
+                                                    (std::min(we, W) - std::max<int64_t>(w0, 0)));
+              const size_t k = static_cast<size_t>(((n * C + c) * oh + y) * ow + xx);
+              CHECK(m[k] == best);
+              CHECK(v[k] == Approx(s / cnt).margin(1e-12));
+            }
+    }
+  }
+  const Tensor ad = F::adaptive_avg_pool2d(xt, {3, 5});
+  REQUIRE(ad.sizes() == Shape{N, C, 3, 5});
+  const Vec a = test::read(ad);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < 3; ++y)
+        for (int64_t xx = 0; xx < 5; ++xx) {
+          const int64_t h0 = y * H / 3, h1 = ((y + 1) * H + 2) / 3;
+          const int64_t w0 = xx * W / 5, w1 = ((xx + 1) * W + 4) / 5;
+          double s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += at(n, c, h, w);
+          CHECK(a[static_cast<size_t>(((n * C + c) * 3 + y) * 5 + xx)] ==
+                Approx(s / static_cast<double>((h1 - h0) * (w1 - w0))).margin(1e-12));
+        }
+  // Gradients (random inputs: no ties in the max).
+  const F::PoolArgs pa{{2, 2}, {1, 2}, {1, 0}, {1}, false, true};
+  auto grad_ok = [&](auto fn) {
+    return autograd::gradcheck_report(
+        [&](const std::vector<Tensor>& v) { return fn(v[0]); }, {xt.clone().requires_grad_()});
+  };
+  CHECK(grad_ok([&](const Tensor& t) { return F::max_pool2d(t, pa); }) == "");
+  CHECK(grad_ok([&](const Tensor& t) { return F::avg_pool2d(t, pa); }) == "");
+  CHECK(grad_ok([&](const Tensor& t) { return F::adaptive_avg_pool2d(t, {2, 3}); }) == "");
+}
+
+TEST_CASE("conv and pooling: bad shapes are errors naming the layer and the shapes", "[nn][conv]") {
+  const Tensor x = zeros({1, 4, 5, 5});
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 3, 3, 3})), Contains("conv2d") && Contains("[1, 4, 5, 5]"));
+  F::ConvArgs g;
+  g.groups = 3;
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({3, 1, 3, 3}), Tensor(), g), Contains("divisible by groups = 3"));
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 4, 7, 7})), Contains("larger than the padded input 5x5"));
+  CHECK_THROWS_WITH(F::conv2d(zeros({4, 5, 5}), zeros({2, 4, 3, 3})), Contains("4-D input"));
+  F::ConvArgs st;
+  st.stride = {2};
+  st.same = true;
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 4, 3, 3}), Tensor(), st), Contains("'same' needs stride 1"));
+  CHECK_THROWS_WITH(F::max_pool2d(x, {{2}, {}, {2}}), Contains("at most half the kernel"));
+  CHECK_THROWS_WITH(F::max_pool2d(x, {{7}}), Contains("larger than the padded input"));
+  CHECK_THROWS_WITH(nn::Conv2d(nn::ConvOptions(4, 6, {3}).groups(4)), Contains("divisible by groups 4"));
+}
+
+TEST_CASE("Conv2d and Conv1d: PyTorch's names, shapes and init bounds", "[nn][conv]") {
+  nn::Conv2d conv(nn::ConvOptions(4, 6, {3, 2}).groups(2));
+  const auto named = conv->named_parameters();
+  REQUIRE(named.size() == 2);
+  CHECK(named[0].first == "weight");
+  CHECK(named[1].first == "bias");
+  CHECK(conv->weight.sizes() == Shape{6, 2, 3, 2});
+  const double bound = 1.0 / std::sqrt(2.0 * 3 * 2);  // kaiming_uniform(a = sqrt(5)): 1/sqrt(fan_in)
+  for (double v : test::read(conv->weight)) CHECK(std::abs(v) <= bound);
+  for (double v : test::read(conv->bias)) CHECK(std::abs(v) <= bound);
+  nn::Conv1d c1(3, 5, 4);
+  CHECK(c1->weight.sizes() == Shape{5, 3, 4});
+  CHECK(c1->forward(zeros({2, 3, 9})).sizes() == Shape{2, 5, 6});
+  nn::MaxPool2d mp(2);
+  CHECK(mp->forward(zeros({1, 1, 5, 4})).sizes() == Shape{1, 1, 2, 2});
+}
+
+TEST_CASE("a compiled CNN training step equals eager", "[nn][conv][jit]") {
+  auto run = [](bool compiled_run) {
+    manual_seed(11);
+    nn::Sequential net(nn::Conv2d(nn::ConvOptions(1, 4, {3}).padding({1})), nn::ReLU(),
+                       nn::MaxPool2d(2), nn::Flatten(), nn::Linear(4 * 4 * 4, 10));
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    nn::CrossEntropyLoss criterion;
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = criterion(net->forward(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    auto compiled = jit::compile(step);
+    Vec losses;
+    for (int i = 0; i < 6; ++i) {
+      const Tensor x = randn({5, 1, 8, 8});
+      const Tensor y = randint(0, 10, {5});
+      losses.push_back((compiled_run ? compiled(x, y) : step(x, y)).item<float>());
+    }
+    if (compiled_run) {
+      CHECK(compiled.stats().eager_calls == 0);
+      CHECK(compiled.stats().replays >= 2);
+    }
+    return losses;
+  };
+  const Vec eager = run(false), compiled = run(true);
+  CHECK(eager == compiled);
+  CHECK(eager.front() != eager.back());  // it trains
+}
