@@ -8,8 +8,10 @@ Writes conv_layers.safetensors. Each case <c> holds, in float64:
   <c>.x, <c>.weight, <c>.bias (convolutions; bias absent without one), <c>.grad_out: inputs
   <c>.out: the layer's output
   <c>.grad_x, <c>.grad_weight, <c>.grad_bias: gradients of sum(out * grad_out)
+  batch norm (training): <c>.running_mean, <c>.running_var before, <c>.running_mean.after,
+  <c>.running_var.after, and <c>.out_eval (eval mode with the updated statistics)
 and metadata "<c>" holds the case's arguments as JSON (op, stride, padding, dilation, groups,
-kernel_size, ceil_mode, count_include_pad, output_size).
+kernel_size, ceil_mode, count_include_pad, output_size, momentum, eps).
 """
 
 import argparse
@@ -42,6 +44,10 @@ CASES = {
     "avg_pool": dict(op="avg_pool2d", x=(2, 3, 7, 8), kernel_size=[3, 3], stride=[2, 2],
                      padding=[1, 1], ceil_mode=True, count_include_pad=False),
     "adaptive_avg": dict(op="adaptive_avg_pool2d", x=(2, 3, 7, 9), output_size=[3, 4]),
+    # training: batch statistics, the running ones updated (running_mean/var.after); then eval
+    # with the updated running statistics (out_eval)
+    "batch_norm2d": dict(op="batch_norm", x=(3, 4, 5, 3), momentum=0.1, eps=1e-5),
+    "batch_norm1d": dict(op="batch_norm", x=(6, 5), momentum=0.3, eps=1e-3),
 }
 
 
@@ -65,8 +71,24 @@ def run(case, gen):
     elif op == "avg_pool2d":
         y = F.avg_pool2d(x, case["kernel_size"], case["stride"], case["padding"],
                          ceil_mode=case["ceil_mode"], count_include_pad=case["count_include_pad"])
+    elif op == "batch_norm":
+        c = case["x"][1]
+        w = torch.randn(c, dtype=torch.float64, generator=gen).requires_grad_()
+        b = torch.randn(c, dtype=torch.float64, generator=gen).requires_grad_()
+        out_t["weight"], out_t["bias"] = w, b
+        rm = torch.randn(c, dtype=torch.float64, generator=gen)
+        rv = torch.rand(c, dtype=torch.float64, generator=gen) + 0.5
+        extra = {"running_mean": rm.clone(), "running_var": rv.clone()}
+        y = F.batch_norm(x, rm, rv, w, b, training=True, momentum=case["momentum"],
+                         eps=case["eps"])
+        extra["running_mean.after"] = rm.clone()
+        extra["running_var.after"] = rv.clone()
+        with torch.no_grad():
+            extra["out_eval"] = F.batch_norm(x, rm, rv, w, b, training=False, eps=case["eps"])
     else:
         y = F.adaptive_avg_pool2d(x, case["output_size"])
+    if op != "batch_norm":
+        extra = {}
     g = torch.randn(y.shape, dtype=torch.float64, generator=gen)
     (y * g).sum().backward()
     tensors = {k: v.detach() for k, v in out_t.items()}
@@ -74,6 +96,7 @@ def run(case, gen):
     tensors["out"] = y.detach()
     for k, v in out_t.items():
         tensors["grad_" + k] = v.grad.detach()
+    tensors.update(extra)
     return tensors
 
 

@@ -16,6 +16,7 @@
 #include "jit/compile.h"
 #include "jit/log.h"
 #include "nn/activation.h"
+#include "nn/batch_norm.h"
 #include "nn/clip_grad.h"
 #include "nn/conv.h"
 #include "nn/dropout.h"

@@ -13,6 +13,7 @@
 #include "jit/compile.h"
 #include "nn/conv.h"
 #include "nn/activation.h"
+#include "nn/batch_norm.h"
 #include "nn/flatten.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -278,4 +279,75 @@ TEST_CASE("a compiled CNN training step equals eager", "[nn][conv][jit]") {
   const Vec eager = run(false), compiled = run(true);
   CHECK(eager == compiled);
   CHECK(eager.front() != eager.back());  // it trains
+}
+
+TEST_CASE("BatchNorm2d: running statistics, eval, num_batches_tracked, a compiled step",
+          "[nn][conv][batchnorm]") {
+  manual_seed(12);
+  nn::BatchNorm2d bn(3);
+  CHECK(bn->named_parameters().size() == 2);
+  const auto buffers = bn->named_buffers();
+  REQUIRE(buffers.size() == 3);
+  CHECK(buffers[0].first == "running_mean");
+  CHECK(buffers[2].first == "num_batches_tracked");
+  const Tensor x = randn({4, 3, 2, 5}, TensorOptions(kFloat64));
+  bn->to(kFloat64);
+  const Tensor y = bn->forward(x);
+  // Each channel of the output has mean 0 and biased variance 1 / (1 + eps / var).
+  const Tensor m = mean(y, {0, 2, 3});
+  for (double v : test::read(m)) CHECK(std::abs(v) < 1e-12);
+  // running_mean = 0.9 * 0 + 0.1 * batch mean; running_var = 0.9 + 0.1 * unbiased variance.
+  const std::vector<double> xv = test::read(x), rm = test::read(bn->running_mean),
+                            rv = test::read(bn->running_var);
+  for (int64_t c = 0; c < 3; ++c) {
+    double s = 0, s2 = 0;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t k = 0; k < 10; ++k) s += xv[static_cast<size_t>((n * 3 + c) * 10 + k)];
+    const double mu = s / 40;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t k = 0; k < 10; ++k) {
+        const double d = xv[static_cast<size_t>((n * 3 + c) * 10 + k)] - mu;
+        s2 += d * d;
+      }
+    CHECK(rm[static_cast<size_t>(c)] == Approx(0.1 * mu).margin(1e-14));
+    CHECK(rv[static_cast<size_t>(c)] == Approx(0.9 + 0.1 * s2 / 39).margin(1e-14));
+  }
+  CHECK(test::read(bn->num_batches_tracked)[0] == 1);
+  bn->eval();
+  const Tensor ye = bn->forward(x);
+  CHECK(test::read(bn->num_batches_tracked)[0] == 1);  // eval leaves the statistics alone
+  CHECK(test::read(bn->running_mean) == rm);
+  CHECK(test::read(ye)[0] == Approx((xv[0] - rm[0]) / std::sqrt(rv[0] + 1e-5)).margin(1e-12));
+  CHECK_THROWS_WITH(bn->forward(zeros({2, 4, 3, 3}, TensorOptions(kFloat64))),
+                    Contains("num_features = 3"));
+}
+
+TEST_CASE("a compiled step with BatchNorm updates the running statistics as eager does",
+          "[nn][conv][batchnorm][jit]") {
+  auto run = [](bool compiled_run) {
+    manual_seed(13);
+    nn::Sequential net(nn::Conv2d(nn::ConvOptions(1, 3, {3}).padding({1})), nn::BatchNorm2d(3),
+                       nn::ReLU(), nn::Flatten(), nn::Linear(3 * 6 * 6, 4));
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.05));
+    nn::CrossEntropyLoss criterion;
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = criterion(net->forward(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    auto compiled = jit::compile(step);
+    Vec out;
+    for (int i = 0; i < 6; ++i) {
+      const Tensor x = randn({4, 1, 6, 6}), y = randint(0, 4, {4});
+      out.push_back((compiled_run ? compiled(x, y) : step(x, y)).item<float>());
+    }
+    for (const auto& [name, b] : net->named_buffers())
+      for (double v : test::read(b)) out.push_back(v);
+    if (compiled_run) CHECK(compiled.stats().replays >= 2);
+    return out;
+  };
+  const Vec eager = run(false), compiled = run(true);
+  CHECK(eager == compiled);  // losses, then running_mean, running_var, num_batches_tracked
 }

@@ -1,6 +1,7 @@
-// Convolution and pooling layers against PyTorch (tests/fixtures/conv_layers.safetensors, made by
+// Convolution, pooling and batch-norm layers against PyTorch (tests/fixtures/conv_layers.safetensors, made by
 // tools/make_conv_fixtures.py): outputs and the gradients of input, weight and bias, float64,
-// within 1e-10 on the CPU and within 1e-10 relative to the values' scale on CUDA.
+// within 1e-10 (relative above 1) on the CPU and on CUDA; batch norm's running statistics after a
+// training call and its eval output too.
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "core/host_values.h"
 #include "core/ops.h"
+#include "nn/batch_norm.h"
 #include "nn/conv.h"
 #include "nn/serialize.h"
 #include "test_util.h"
@@ -36,7 +38,7 @@ void check_case(const nn::TensorFile& fx, const std::string& name, const json& c
   if (w.defined()) w.requires_grad_();
   if (b.defined()) b.requires_grad_();
   const std::string op = c["op"];
-  Tensor y;
+  Tensor y, rm, rv;
   if (op == "conv2d" || op == "conv1d") {
     F::ConvArgs a;
     a.stride = ints(c["stride"]);
@@ -47,6 +49,10 @@ void check_case(const nn::TensorFile& fx, const std::string& name, const json& c
     else
       a.padding = ints(c["padding"]);
     y = op == "conv2d" ? F::conv2d(x, w, b, a) : F::conv1d(x, w, b, a);
+  } else if (op == "batch_norm") {
+    rm = get("running_mean");
+    rv = get("running_var");
+    y = F::batch_norm(x, rm, rv, w, b, true, c["momentum"], c["eps"]);
   } else if (op == "adaptive_avg_pool2d") {
     y = F::adaptive_avg_pool2d(x, ints(c["output_size"]));
   } else {
@@ -77,6 +83,12 @@ void check_case(const nn::TensorFile& fx, const std::string& name, const json& c
   close(x.grad(), "grad_x");
   if (w.defined()) close(w.grad(), "grad_weight");
   if (b.defined()) close(b.grad(), "grad_bias");
+  if (op == "batch_norm") {
+    close(rm, "running_mean.after");
+    close(rv, "running_var.after");
+    close(F::batch_norm(x.detach(), rm, rv, w.detach(), b.detach(), false, 0.1, c["eps"]),
+          "out_eval");
+  }
 }
 
 void check_all(Device dev) {
@@ -90,7 +102,7 @@ void check_all(Device dev) {
     check_case(fx, key, json::parse(value), dev);
     ++cases;
   }
-  CHECK(cases == 9);
+  CHECK(cases == 11);
 }
 
 }  // namespace
