@@ -349,7 +349,10 @@ struct CompiledCore::Impl {
     // algorithms an earlier process stored in the disk cache (once per process; cheap after).
     install_kernel_stores();
     outputs.clear();
-    if (e.prev && e.epoch != config_epoch()) e.prev.reset();  // traced under other settings
+    if (e.prev && e.epoch != config_epoch()) {  // traced under other settings: start over
+      e.prev.reset();
+      e.traces = 0;
+    }
     e.epoch = config_epoch();
     auto tracer = std::make_unique<Tracer>(options.fullgraph);
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -426,8 +429,10 @@ struct CompiledCore::Impl {
                                " differs from the previous one (" + diff + "); tracing again");
     }
     if (++e.traces >= kMaxTracesPerSignature) {
-      const std::string why = "the trace changed on each of " + std::to_string(e.traces) +
-                              " calls (last: " + first_difference(*e.prev, g) + ")";
+      const std::string why =
+          "the trace changed on each of " + std::to_string(e.traces) + " calls (last: " +
+          (e.prev ? first_difference(*e.prev, g) : std::string("no earlier trace to compare")) +
+          ")";
       if (options.fullgraph) throw GraphBreakError(why);
       to_eager(e, why);
       return;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "autograd/grad_mode.h"
 #include "core/factory.h"
 #include "core/host_values.h"
 #include "core/ops.h"
@@ -350,4 +351,42 @@ TEST_CASE("a compiled step with BatchNorm updates the running statistics as eage
   };
   const Vec eager = run(false), compiled = run(true);
   CHECK(eager == compiled);  // losses, then running_mean, running_var, num_batches_tracked
+}
+
+TEST_CASE("a compiled step toggled between train() and eval() every epoch, short last batches",
+          "[nn][conv][batchnorm][jit]") {
+  // The loop of a real training run: each epoch trains (full batches and a short last one) and
+  // then evaluates, so every epoch changes the host configuration twice. The short batch's
+  // signature is traced anew each epoch; that must neither crash nor diverge from eager.
+  auto run = [](bool compiled_run) {
+    manual_seed(14);
+    nn::Sequential net(nn::Conv2d(nn::ConvOptions(1, 2, {3}).padding({1})), nn::BatchNorm2d(2),
+                       nn::ReLU(), nn::Flatten(), nn::Linear(2 * 4 * 4, 3));
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.05));
+    nn::CrossEntropyLoss criterion;
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = criterion(net->forward(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    jit::Options jo;
+    jo.dynamic = true;
+    auto compiled = jit::compile(step, jo);
+    Vec out;
+    for (int epoch = 0; epoch < 10; ++epoch) {
+      net->train();
+      for (int64_t b : {4, 4, 3}) {
+        const Tensor x = randn({b, 1, 4, 4}), y = randint(0, 3, {b});
+        out.push_back((compiled_run ? compiled(x, y) : step(x, y)).item<float>());
+      }
+      net->eval();
+      NoGradGuard no_grad;
+      out.push_back(sum(net->forward(randn({2, 1, 4, 4}))).item<float>());
+    }
+    return out;
+  };
+  const Vec eager = run(false), compiled = run(true);
+  CHECK(eager == compiled);
 }
