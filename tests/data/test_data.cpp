@@ -131,7 +131,7 @@ TEST_CASE("DataLoader: shuffle is a permutation per epoch, reproducible from the
   CHECK(a[0] != all);
 }
 
-TEST_CASE("DataLoader: an error while gathering reaches the loop; leaving early is fine",
+TEST_CASE("DataLoader: an error while gathering reaches the loop, and leaving early is fine",
           "[data]") {
   struct Failing : data::Dataset {
     int64_t size() const override { return 6; }
@@ -184,7 +184,7 @@ TEST_CASE("TensorDataset, Subset and random_split", "[data]") {
   CHECK_THROWS_WITH(data::random_split(ds, std::vector<double>{0.5, 0.6}), Contains("sum to"));
 }
 
-TEST_CASE("read_csv: plain and gzip'd, header, blank lines; bad rows named", "[data]") {
+TEST_CASE("read_csv: plain and gzip'd, header, blank lines, and bad rows named", "[data]") {
   const std::string text = "a,b,c\n1,2.5,-3\n\n4e2, 5 ,6\r\n";
   std::vector<bool> kinds = {false};
 #ifdef EMBER_HAVE_ZLIB
@@ -220,7 +220,7 @@ std::string idx_bytes(unsigned char type, const std::vector<uint32_t>& dims,
 
 }  // namespace
 
-TEST_CASE("read_idx: MNIST's format, every element type, gzip'd; bad files named", "[data]") {
+TEST_CASE("read_idx: MNIST's format, every element type, gzip'd, and bad files named", "[data]") {
   const std::string path = temp_path("t.idx");
   // ubyte [2, 3]: what MNIST's image files hold.
   write_bytes(path, idx_bytes(0x08, {2, 3}, std::string{0, 1, 2, char(200), char(254), char(255)}),
