@@ -28,11 +28,12 @@ struct State {
 };
 
 thread_local State t_state;
-thread_local bool t_any = false;
 
 int index_of(DeviceType d) { return d == DeviceType::CPU ? 0 : 1; }
 
-void refresh_any() { t_any = t_state.device[0].enabled || t_state.device[1].enabled; }
+void refresh_any() {
+  autocast_detail::t_any_enabled = t_state.device[0].enabled || t_state.device[1].enabled;
+}
 
 Tensor cast_to(const Tensor& t, DType to) {
   // Parameters (leaves that require grad) are cast once per region while unchanged; anything
@@ -93,8 +94,6 @@ uint32_t autocast_key() {
 
 namespace autocast_detail {
 
-bool any_enabled() { return t_any; }
-
 void clear_cache() { t_state.cache.clear(); }
 
 bool cast_inputs(OpId op, std::span<const Tensor> in, std::span<Tensor> out) {
@@ -147,14 +146,14 @@ bool cast_inputs(OpId op, std::span<const Tensor> in, std::span<Tensor> out) {
 }  // namespace autocast_detail
 
 Tensor autocast_lower(const Tensor& t) {
-  if (!t_any || !eligible(t)) return t;
+  if (!autocast_detail::any_enabled() || !eligible(t)) return t;
   const DeviceState& s = t_state.device[index_of(t.device().type)];
   if (!s.enabled || t.dtype() == s.dtype) return t;
   return cast_to(t, s.dtype);
 }
 
 Tensor autocast_fp32(const Tensor& t) {
-  if (!t_any || !eligible(t) || t.dtype() == kFloat32) return t;
+  if (!autocast_detail::any_enabled() || !eligible(t) || t.dtype() == kFloat32) return t;
   if (!t_state.device[index_of(t.device().type)].enabled) return t;
   return cast_to(t, kFloat32);
 }

@@ -54,8 +54,10 @@ DType autocast_dtype(DeviceType device);  // the low dtype a region on `device` 
 uint32_t autocast_key();
 
 namespace autocast_detail {
-// Whether any autocast region is open on this thread: one thread-local read on dispatch's path.
-bool any_enabled();
+// Whether any autocast region is open on this thread: one inline thread-local read on
+// dispatch's path (set by AutocastGuard).
+inline thread_local bool t_any_enabled = false;
+inline bool any_enabled() { return t_any_enabled; }
 // What dispatch does to an op's inputs under autocast, by the op's row: casts where the policy
 // asks, into `out` (same length as `in`). Returns false (and leaves `out` alone) when nothing
 // needs a cast.

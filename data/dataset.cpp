@@ -11,6 +11,10 @@
 namespace ember::data {
 namespace {
 
+void check_index(const char* who, int64_t i, int64_t size) {
+  EMBER_CHECK(i >= 0 && i < size, who, ": index ", i, " out of range for ", size, " samples");
+}
+
 Tensor index_tensor(const std::vector<int64_t>& idx, Device dev) {
   return from_vector<int64_t>(idx, {static_cast<int64_t>(idx.size())}, TensorOptions(kInt64))
       .to(dev);
@@ -53,8 +57,7 @@ TensorDataset::TensorDataset(std::vector<Tensor> tensors) : tensors_(std::move(t
 }
 
 std::vector<Tensor> TensorDataset::get(int64_t i) const {
-  EMBER_CHECK(i >= 0 && i < size_, "TensorDataset: index ", i, " out of range for ", size_,
-              " samples");
+  check_index("TensorDataset", i, size_);
   std::vector<Tensor> out;
   for (const Tensor& t : tensors_) out.push_back(t.select(0, i));
   return out;
@@ -62,9 +65,7 @@ std::vector<Tensor> TensorDataset::get(int64_t i) const {
 
 std::vector<Tensor> TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
   EMBER_CHECK(!indices.empty(), "TensorDataset.get_batch: no indices");
-  for (int64_t i : indices)
-    EMBER_CHECK(i >= 0 && i < size_, "TensorDataset: index ", i, " out of range for ", size_,
-                " samples");
+  for (int64_t i : indices) check_index("TensorDataset", i, size_);
   const Tensor idx = index_tensor(indices, tensors_[0].device());
   std::vector<Tensor> out;
   for (const Tensor& t : tensors_) out.push_back(index_select(t, 0, idx));
@@ -74,14 +75,11 @@ std::vector<Tensor> TensorDataset::get_batch(const std::vector<int64_t>& indices
 Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices)
     : base_(std::move(base)), indices_(std::move(indices)) {
   EMBER_CHECK(base_ != nullptr, "Subset: no dataset");
-  for (int64_t i : indices_)
-    EMBER_CHECK(i >= 0 && i < base_->size(), "Subset: index ", i, " out of range for ",
-                base_->size(), " samples");
+  for (int64_t i : indices_) check_index("Subset", i, base_->size());
 }
 
 std::vector<Tensor> Subset::get(int64_t i) const {
-  EMBER_CHECK(i >= 0 && i < size(), "Subset: index ", i, " out of range for ", size(),
-              " samples");
+  check_index("Subset", i, size());
   return base_->get(indices_[static_cast<size_t>(i)]);
 }
 
@@ -89,8 +87,7 @@ std::vector<Tensor> Subset::get_batch(const std::vector<int64_t>& indices) const
   std::vector<int64_t> mapped;
   mapped.reserve(indices.size());
   for (int64_t i : indices) {
-    EMBER_CHECK(i >= 0 && i < size(), "Subset: index ", i, " out of range for ", size(),
-                " samples");
+    check_index("Subset", i, size());
     mapped.push_back(indices_[static_cast<size_t>(i)]);
   }
   return base_->get_batch(mapped);
