@@ -207,6 +207,21 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       if (need(0)) r[0] = bmm(g, in(n, 1).transpose(1, 2));
       if (need(1)) r[1] = bmm(in(n, 0).transpose(1, 2), g);
       break;
+    case OpId::conv2d: {
+      // The input's gradient is the transposed convolution of g, the weight's the correlation of
+      // the input with g: two rows of their own (cuDNN's backward-data and backward-filter).
+      const Tensor gc = g.contiguous();
+      Attrs ca = a;
+      if (need(0)) {
+        ca.shape = shape(0);
+        r[0] = dispatch(OpId::conv2d_backward_input, {gc, in(n, 1)}, ca);
+      }
+      if (need(1)) {
+        ca.shape = shape(1);
+        r[1] = dispatch(OpId::conv2d_backward_weight, {gc, in(n, 0)}, ca);
+      }
+      break;
+    }
     case OpId::softmax: {
       const Tensor y = out(n);
       r[0] = y * (g - sum(g * y, {a.dim}, /*keepdim=*/true));

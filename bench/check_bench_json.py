@@ -40,23 +40,34 @@ def optimizer_states(optimizer):
     return 1 if optimizer.get("momentum", 0) > 0 else 0
 
 
-def floor_counts(layers, momentum, batch, states=None):
-    """The brief's floor: GEMM FLOPs (no gradient for the input) and minimum bytes per step.
-    `states` (optimizer_states) overrides what `momentum` implies."""
+def workload_cost(spec):
+    """(macs per layer, activations, params, input, classes) per sample: from the spec's own
+    counts (conv nets), else from its Linear layers."""
+    layers = spec["layers"]
+    if "macs" in spec:
+        inp = 1
+        for d in spec["input"]:
+            inp *= d
+        return spec["macs"], spec["activations"], spec["params"], inp, layers[-1]
     pairs = list(zip(layers[:-1], layers[1:]))
-    gemm = sum(i * o for i, o in pairs)
-    params = sum(i * o + o for i, o in pairs)
-    m = states if states is not None else (1 if momentum > 0 else 0)
-    flops = 6 * batch * gemm - 2 * batch * layers[0] * layers[1]
-    per_sample = 2 * layers[0] + 5 * sum(layers[1:-1]) + 4 * layers[-1]
-    nbytes = 4 * (params * (5 + 2 * m) + batch * per_sample)
+    return ([i * o for i, o in pairs], sum(layers[1:-1]), sum(i * o + o for i, o in pairs),
+            layers[0], layers[-1])
+
+
+def floor_counts(spec, batch, states=None):
+    """The brief's floor: GEMM FLOPs (no gradient for the input) and minimum bytes per step.
+    `states` (optimizer_states) overrides what the momentum implies."""
+    macs, acts, params, inp, classes = workload_cost(spec)
+    m = states if states is not None else (1 if spec["optimizer"]["momentum"] > 0 else 0)
+    flops = 6 * batch * sum(macs) - 2 * batch * macs[0]
+    nbytes = 4 * (params * (5 + 2 * m) + batch * (2 * inp + 5 * acts + 4 * classes))
     return flops, nbytes
 
 
-def row_floor_counts(layers, momentum, batch, mode, states=None):
+def row_floor_counts(spec, batch, mode, states=None):
     """A row's floor counts; mode dynamic: the mean over the schedule its steps cycle through."""
     batches = dynamic_schedule(batch) if mode == "dynamic" else [batch]
-    counts = [floor_counts(layers, momentum, b, states) for b in batches]
+    counts = [floor_counts(spec, b, states) for b in batches]
     return (sum(c[0] for c in counts) / len(counts), sum(c[1] for c in counts) / len(counts))
 
 
@@ -132,8 +143,7 @@ def check_rows(doc):
 
         fl = row["floor"]
         if spec is not None:
-            want_f, want_b = row_floor_counts(spec["layers"], spec["optimizer"]["momentum"],
-                                              row["batch"], row["mode"],
+            want_f, want_b = row_floor_counts(spec, row["batch"], row["mode"],
                                               optimizer_states(spec["optimizer"]))
             if not close(fl["flops"], want_f, REL_COUNTS):
                 bad("floor.flops {} != formula {}".format(fl["flops"], want_f))

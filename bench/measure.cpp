@@ -116,7 +116,8 @@ struct StepFn {
 
 struct Trainer::Impl {
   Device dev;
-  int64_t features = 0, classes = 0;
+  Shape sample;  // one input sample's shape
+  int64_t classes = 0;
   std::vector<int64_t> schedule;
   size_t next = 0;  // index into schedule of the next step's batch
   std::unique_ptr<State> state;
@@ -130,7 +131,7 @@ Trainer::Trainer(const Workload& w, const std::string& mode, std::vector<int64_t
   EMBER_CHECK(!schedule.empty(), "ember_bench: empty batch schedule");
   Impl& m = *impl_;
   m.dev = dev;
-  m.features = w.layers.front();
+  m.sample = w.arch == "mlp" ? Shape{w.layers.front()} : Shape(w.input);
   m.classes = w.layers.back();
   m.schedule = std::move(schedule);
   manual_seed(seed);  // the weights, then every batch, come from the seed
@@ -147,7 +148,9 @@ float Trainer::step() {
   Impl& m = *impl_;
   const int64_t b = m.schedule[m.next];
   m.next = (m.next + 1) % m.schedule.size();
-  const Tensor x = randn({b, m.features}, m.dev);
+  Shape xs = m.sample;
+  xs.insert(0, b);
+  const Tensor x = randn(xs, m.dev);
   const Tensor y = randint(0, m.classes, {b}, m.dev);
   if (!m.compiled) {
     last_compiled_ = true;

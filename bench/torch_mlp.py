@@ -134,6 +134,49 @@ WORKLOADS = {
                  "loss": "cross_entropy",
                  "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9}},
 }
+# The conv nets (bench/workloads.h has the same definitions): `layers` is their classifier;
+# macs, activations and params per sample are what the floor counts (conv_costs below).
+RESNET_BLOCKS = [(16, 16, 1), (16, 32, 2), (32, 64, 2)]
+
+
+def conv_costs(arch, inp, layers):
+    macs, acts, params = [], 0, 0
+    h, w = inp[1], inp[2]
+
+    def conv(cin, cout, k, stride, pad, h, w, bias, bn):
+        nonlocal acts, params
+        h = (h + 2 * pad - k) // stride + 1
+        w = (w + 2 * pad - k) // stride + 1
+        macs.append(cout * h * w * cin * k * k)
+        acts += cout * h * w
+        params += cout * cin * k * k + (cout if bias else 0) + (2 * cout if bn else 0)
+        return h, w
+
+    if arch == "cnn":
+        h, w = conv(inp[0], 32, 3, 1, 1, h, w, True, False)
+        h, w = conv(32, 64, 3, 1, 1, h, w, True, False)
+        acts += 64 * (h // 2) * (w // 2)
+    else:
+        h, w = conv(inp[0], 16, 3, 1, 1, h, w, False, True)
+        for cin, cout, stride in RESNET_BLOCKS:
+            h1, w1 = conv(cin, cout, 3, stride, 1, h, w, False, True)
+            h1, w1 = conv(cout, cout, 3, 1, 1, h1, w1, False, True)
+            if stride != 1 or cin != cout:
+                conv(cin, cout, 1, stride, 0, h, w, False, True)
+            h, w = h1, w1
+    for k in range(len(layers) - 1):
+        macs.append(layers[k] * layers[k + 1])
+        params += layers[k] * layers[k + 1] + layers[k + 1]
+        if k < len(layers) - 2:
+            acts += layers[k + 1]
+    return {"macs": macs, "activations": acts, "params": params}
+
+
+for _name, _arch, _inp, _layers, _momentum in [("cnn", "cnn", [1, 28, 28], [12544, 128, 10], 0.0),
+                                               ("resnet", "resnet", [3, 32, 32], [64, 10], 0.9)]:
+    WORKLOADS[_name] = {"layers": _layers, "activation": "relu", "loss": "cross_entropy",
+                        "optimizer": {"name": "sgd", "lr": 0.01, "momentum": _momentum},
+                        "arch": _arch, "input": _inp, **conv_costs(_arch, _inp, _layers)}
 MODES = ["eager", "default", "reduce-overhead", "max-autotune", "dynamic", "cuda-graph"]
 COMPILED_MODES = {"default", "reduce-overhead", "max-autotune", "dynamic"}
 GRAPH_TREE_MODES = {"reduce-overhead", "max-autotune"}  # torch.compile modes using CUDA graphs
@@ -185,22 +228,34 @@ def optimizer_states(optimizer):
     return 1 if optimizer.get("momentum", 0) > 0 else 0
 
 
-def floor_counts(layers, momentum, batch, states=None):
+def workload_cost(spec):
+    """(macs per layer, activations, params, input, classes) per sample: the spec's own counts
+    (conv nets), else from its Linear layers."""
+    layers = spec["layers"]
+    if "macs" in spec:
+        inp = 1
+        for d in spec["input"]:
+            inp *= d
+        return spec["macs"], spec["activations"], spec["params"], inp, layers[-1]
+    pairs = list(zip(layers[:-1], layers[1:]))
+    return ([i * o for i, o in pairs], sum(layers[1:-1]), sum(i * o + o for i, o in pairs),
+            layers[0], layers[-1])
+
+
+def floor_counts(spec, batch, states=None):
     """The brief's floor: GEMM FLOPs per step (no gradient for the input) and minimum bytes.
-    `states` (optimizer_states) overrides what `momentum` implies."""
-    gemm = sum(i * o for i, o in zip(layers[:-1], layers[1:]))
-    params = sum(i * o + o for i, o in zip(layers[:-1], layers[1:]))
-    m = states if states is not None else (1 if momentum > 0 else 0)
-    flops = 6 * batch * gemm - 2 * batch * layers[0] * layers[1]
-    nbytes = 4 * (params * (5 + 2 * m)
-                  + batch * (2 * layers[0] + 5 * sum(layers[1:-1]) + 4 * layers[-1]))
+    `states` (optimizer_states) overrides what the momentum implies."""
+    macs, acts, params, inp, classes = workload_cost(spec)
+    m = states if states is not None else (1 if spec["optimizer"]["momentum"] > 0 else 0)
+    flops = 6 * batch * sum(macs) - 2 * batch * macs[0]
+    nbytes = 4 * (params * (5 + 2 * m) + batch * (2 * inp + 5 * acts + 4 * classes))
     return flops, nbytes
 
 
-def floor_entry(layers, momentum, batch, peak, us_per_step, mode=None, states=None):
+def floor_entry(spec, batch, peak, us_per_step, mode=None, states=None):
     """The row's floor; mode dynamic: the mean over the schedule its steps cycle through."""
     batches = dynamic_schedule(batch) if mode == "dynamic" else [batch]
-    counts = [floor_counts(layers, momentum, b, states) for b in batches]
+    counts = [floor_counts(spec, b, states) for b in batches]
     flops = sum(c[0] for c in counts) / len(counts)
     nbytes = sum(c[1] for c in counts) / len(counts)
     us = 1e6 * max(flops / peak["flops_per_s"], nbytes / peak["bytes_per_s"])
@@ -233,7 +288,7 @@ def ok_row(workload, batch, mode, m, peak, first_step, loss_steps, reference_los
         "loss": m["loss"], "loss_steps": loss_steps,
         "loss_rel_diff_vs_eager": 0.0 if mode == "eager" else rel_diff(m["loss"], reference_loss),
         "recompiles": m["recompiles"],
-        "floor": floor_entry(spec["layers"], spec["optimizer"]["momentum"], batch, peak, us,
+        "floor": floor_entry(spec, batch, peak, us,
                              mode, optimizer_states(spec["optimizer"])),
     }
     if mode == "dynamic":
@@ -307,8 +362,7 @@ def merge_documents(docs):
             row = copy.deepcopy(row)
             if row["status"] == "ok":
                 spec = out["workloads"][row["workload"]]
-                row["floor"] = floor_entry(spec["layers"], spec["optimizer"]["momentum"],
-                                           row["batch"], peak, row["us_per_step"], row["mode"],
+                row["floor"] = floor_entry(spec, row["batch"], peak, row["us_per_step"], row["mode"],
                                            optimizer_states(spec["optimizer"]))
             out["results"].append(row)
     return out
@@ -510,6 +564,40 @@ def make_grad_scaler(torch, device):
     return torch.cuda.amp.GradScaler()
 
 
+def conv_layers(nn, spec):
+    """The modules before a conv net's classifier (bench/workloads.h describes them)."""
+    arch = spec.get("arch", "mlp")
+    if arch == "cnn":
+        c = spec["input"][0]
+        return [nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1),
+                nn.ReLU(), nn.MaxPool2d(2), nn.Flatten()]
+    if arch != "resnet":
+        return []
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                                nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+            return self.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+        relu = staticmethod(nn.functional.relu)
+
+    mods = [nn.Conv2d(spec["input"][0], 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+            nn.ReLU()]
+    mods += [Block(*b) for b in RESNET_BLOCKS]
+    return mods + [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+
+
 def build_training(torch, spec, device, seed, mode=None, amp="none"):
     """A fresh model from the seed (initialized on the CPU, then moved: the same weights on every
     device and in every mode), its optimizer, and the step function all modes share. AdamW runs
@@ -519,7 +607,7 @@ def build_training(torch, spec, device, seed, mode=None, amp="none"):
     nn = torch.nn
     torch.manual_seed(seed)
     layers = spec["layers"]
-    mods = []
+    mods = conv_layers(nn, spec)
     for k in range(len(layers) - 1):
         mods.append(nn.Linear(layers[k], layers[k + 1]))
         if k < len(layers) - 2:
@@ -565,6 +653,11 @@ def build_training(torch, spec, device, seed, mode=None, amp="none"):
     return model, opt, amp_step
 
 
+def sample_shape(spec):
+    """One input sample's shape: [features] of an MLP, [C, H, W] of a conv net."""
+    return spec["input"] if "input" in spec else [spec["layers"][0]]
+
+
 class Batches:
     """Fresh batches on the device from a generator of their own, cycling through a schedule."""
 
@@ -578,7 +671,7 @@ class Batches:
     def next(self):
         b = self.schedule[self.i % len(self.schedule)]
         self.i += 1
-        x = self.torch.randn(b, self.features, device=self.device, generator=self.gen)
+        x = self.torch.randn(b, *self.features, device=self.device, generator=self.gen)
         y = self.torch.randint(0, self.classes, (b,), device=self.device, generator=self.gen)
         return x, y
 
@@ -727,7 +820,7 @@ def measure_row(ctx, workload, batch, mode):
         torch.cuda.reset_peak_memory_stats()
     model, opt, step = build_training(torch, spec, ctx.device, args.seed, mode, args.amp)
     stepper = make_stepper(torch, mode, model, opt, step)
-    batches = Batches(torch, ctx.device, args.seed, schedule, spec["layers"][0],
+    batches = Batches(torch, ctx.device, args.seed, schedule, sample_shape(spec),
                       spec["layers"][-1])
 
     def one():
@@ -781,7 +874,7 @@ def eager_loss(ctx, workload, schedule):
     release(torch, ctx.cuda)
     spec = WORKLOADS[workload]
     _, _, step = build_training(torch, spec, ctx.device, ctx.args.seed, None, ctx.args.amp)
-    batches = Batches(torch, ctx.device, ctx.args.seed, schedule, spec["layers"][0],
+    batches = Batches(torch, ctx.device, ctx.args.seed, schedule, sample_shape(spec),
                       spec["layers"][-1])
     loss = None
     for _ in range(ctx.args.loss_steps):
@@ -805,7 +898,7 @@ def probe_main(args):
     schedule = dynamic_schedule(batch) if mode == "dynamic" else [batch]
     model, opt, step = build_training(torch, spec, device, args.seed, mode, args.amp)
     stepper = make_stepper(torch, mode, model, opt, step)
-    batches = Batches(torch, device, args.seed, schedule, spec["layers"][0], spec["layers"][-1])
+    batches = Batches(torch, device, args.seed, schedule, sample_shape(spec), spec["layers"][-1])
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -968,7 +1061,7 @@ def parse_args(argv=None):
                "64,1024,8192. CPU: 3, 10, 5, 20, 64,1024.")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--workloads", type=csv_list("workload", list(WORKLOADS)),
-                    default=list(WORKLOADS), help="default: mlp,deep_mlp")
+                    default=["mlp", "deep_mlp"], help="default: mlp,deep_mlp (also: cnn, resnet)")
     ap.add_argument("--batches", type=csv_list("batch", convert=int), default=None)
     ap.add_argument("--modes", type=csv_list("mode", MODES), default=list(MODES),
                     help="default: " + ",".join(MODES))

@@ -5,14 +5,113 @@
 
 namespace ember::bench {
 
+namespace {
+
+Workload conv_net(std::string name, std::string arch, std::vector<int64_t> input,
+                  std::vector<int64_t> layers, double momentum) {
+  Workload w{std::move(name), std::move(layers), "relu", 0.01, momentum};
+  w.arch = std::move(arch);
+  w.input = std::move(input);
+  return w;
+}
+
+// A residual block: conv-BN-ReLU, conv-BN, plus the input (through a 1x1 conv-BN when the shape
+// changes), ReLU.
+class ResidualBlockImpl : public nn::Module {
+ public:
+  ResidualBlockImpl(int64_t in, int64_t out, int64_t stride) {
+    conv1 = register_module(
+        "conv1", nn::Conv2d(nn::ConvOptions(in, out, {3}).stride({stride}).padding({1}).bias(false)));
+    bn1 = register_module("bn1", nn::BatchNorm2d(out));
+    conv2 = register_module("conv2",
+                            nn::Conv2d(nn::ConvOptions(out, out, {3}).padding({1}).bias(false)));
+    bn2 = register_module("bn2", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out)
+      skip = register_module(
+          "downsample",
+          nn::Sequential(nn::Conv2d(nn::ConvOptions(in, out, {1}).stride({stride}).bias(false)),
+                         nn::BatchNorm2d(out)));
+  }
+  Tensor forward(const Tensor& x) {
+    const Tensor y = bn2(conv2(relu(bn1(conv1(x)))));
+    return relu(add(y, skip ? skip(x) : x));
+  }
+
+ private:
+  nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  nn::Sequential skip{nullptr};
+};
+EMBER_MODULE(ResidualBlock);
+
+// The resnet's blocks: (in, out, stride).
+constexpr int64_t kResnetBlocks[3][3] = {{16, 16, 1}, {16, 32, 2}, {32, 64, 2}};
+
+// One convolution's share of the cost: k x k, `cin` -> `cout` channels, on an `h` x `w` input.
+void add_conv(WorkloadCost& c, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad,
+              int64_t& h, int64_t& w, bool bias, bool batch_norm) {
+  h = (h + 2 * pad - k) / stride + 1;
+  w = (w + 2 * pad - k) / stride + 1;
+  const double out = static_cast<double>(cout * h * w);
+  c.macs.push_back(out * static_cast<double>(cin * k * k));
+  c.activations += out;
+  c.params += static_cast<double>(cout * cin * k * k) + (bias ? cout : 0) + (batch_norm ? 2 * cout : 0);
+}
+
+void add_linear(WorkloadCost& c, int64_t in, int64_t out, bool hidden) {
+  c.macs.push_back(static_cast<double>(in * out));
+  c.params += static_cast<double>(in * out + out);
+  if (hidden) c.activations += static_cast<double>(out);
+}
+
+}  // namespace
+
 const std::vector<Workload>& all_workloads() {
   static const std::vector<Workload> list = {
       // The seed step of DESIGN.md and examples/mlp.cpp.
       {"mlp", {784, 512, 10}, "relu", 0.01, 0.0},
       // Deeper and wider: four hidden layers of 1024, GELU, momentum SGD (keeps a buffer each).
       {"deep_mlp", {784, 1024, 1024, 1024, 1024, 10}, "gelu", 0.01, 0.9},
+      // Two convolutions and a max-pool on 28x28 images, then two Linear layers.
+      conv_net("cnn", "cnn", {1, 28, 28}, {12544, 128, 10}, 0.0),
+      // Conv-BN-ReLU with skip connections on 32x32 colour images, momentum SGD.
+      conv_net("resnet", "resnet", {3, 32, 32}, {64, 10}, 0.9),
   };
   return list;
+}
+
+WorkloadCost workload_cost(const Workload& w) {
+  WorkloadCost c;
+  c.classes = static_cast<double>(w.layers.back());
+  if (w.arch == "mlp") {
+    c.input = static_cast<double>(w.layers.front());
+    for (size_t i = 0; i + 1 < w.layers.size(); ++i)
+      add_linear(c, w.layers[i], w.layers[i + 1], i + 2 < w.layers.size());
+    return c;
+  }
+  c.input = static_cast<double>(w.input[0] * w.input[1] * w.input[2]);
+  int64_t h = w.input[1], wd = w.input[2];
+  if (w.arch == "cnn") {
+    add_conv(c, w.input[0], 32, 3, 1, 1, h, wd, true, false);
+    add_conv(c, 32, 64, 3, 1, 1, h, wd, true, false);
+    c.activations += static_cast<double>(64 * (h / 2) * (wd / 2));  // the pooled features
+  } else {
+    add_conv(c, w.input[0], 16, 3, 1, 1, h, wd, false, true);
+    for (const auto& b : kResnetBlocks) {
+      int64_t h1 = h, w1 = wd;
+      add_conv(c, b[0], b[1], 3, b[2], 1, h1, w1, false, true);
+      add_conv(c, b[1], b[1], 3, 1, 1, h1, w1, false, true);
+      if (b[2] != 1 || b[0] != b[1]) {
+        int64_t h2 = h, w2 = wd;
+        add_conv(c, b[0], b[1], 1, b[2], 0, h2, w2, false, true);
+      }
+      h = h1;
+      wd = w1;
+    }
+  }
+  for (size_t i = 0; i + 1 < w.layers.size(); ++i)
+    add_linear(c, w.layers[i], w.layers[i + 1], i + 2 < w.layers.size());
+  return c;
 }
 
 const Workload& find_workload(const std::string& name) {
@@ -58,52 +157,69 @@ nlohmann::json describe(const Workload& w) {
     o["betas"] = {0.9, 0.999};
     o["eps"] = 1e-8;
   }
-  return {{"layers", w.layers},
-          {"activation", w.activation},
-          {"loss", "cross_entropy"},
-          {"optimizer", o}};
+  nlohmann::json d = {
+      {"layers", w.layers}, {"activation", w.activation}, {"loss", "cross_entropy"}, {"optimizer", o}};
+  if (w.arch != "mlp") {
+    const WorkloadCost c = workload_cost(w);
+    d["arch"] = w.arch;
+    d["input"] = w.input;
+    d["macs"] = c.macs;
+    d["activations"] = c.activations;
+    d["params"] = c.params;
+  }
+  return d;
 }
 
 nn::Sequential build_model(const Workload& w) {
   EMBER_CHECK(w.layers.size() >= 2, "ember_bench: workload ", w.name, " needs two layer sizes");
   nn::Sequential seq;
-  for (size_t i = 0; i + 1 < w.layers.size(); ++i) {
-    seq->push_back(nn::Linear(w.layers[i], w.layers[i + 1]));
-    if (i + 2 == w.layers.size()) break;  // logits go straight to the loss
+  auto act = [&] {
     if (w.activation == "relu")
       seq->push_back(nn::ReLU());
     else
       seq->push_back(nn::GELU());  // approximate "none": the exact erf form
+  };
+  if (w.arch == "cnn") {
+    seq->push_back(nn::Conv2d(nn::ConvOptions(w.input[0], 32, {3}).padding({1})));
+    act();
+    seq->push_back(nn::Conv2d(nn::ConvOptions(32, 64, {3}).padding({1})));
+    act();
+    seq->push_back(nn::MaxPool2d(2));
+    seq->push_back(nn::Flatten());
+  } else if (w.arch == "resnet") {
+    seq->push_back(nn::Conv2d(nn::ConvOptions(w.input[0], 16, {3}).padding({1}).bias(false)));
+    seq->push_back(nn::BatchNorm2d(16));
+    act();
+    for (const auto& b : kResnetBlocks) seq->push_back(ResidualBlock(b[0], b[1], b[2]));
+    seq->push_back(nn::AdaptiveAvgPool2d(std::vector<int64_t>{1, 1}));
+    seq->push_back(nn::Flatten());
+  }
+  for (size_t i = 0; i + 1 < w.layers.size(); ++i) {
+    seq->push_back(nn::Linear(w.layers[i], w.layers[i + 1]));
+    if (i + 2 == w.layers.size()) break;  // logits go straight to the loss
+    act();
   }
   return seq;
 }
 
 int64_t parameter_count(const Workload& w) {
-  int64_t p = 0;
-  for (size_t i = 0; i + 1 < w.layers.size(); ++i)
-    p += w.layers[i] * w.layers[i + 1] + w.layers[i + 1];
-  return p;
+  return static_cast<int64_t>(workload_cost(w).params);
 }
 
 StepFloor step_floor(const Workload& w, int64_t batch) {
   const auto b = static_cast<double>(batch);
-  const std::vector<int64_t>& l = w.layers;
-  double mac = 0;  // sum of in*out over the Linear layers
-  for (size_t i = 0; i + 1 < l.size(); ++i)
-    mac += static_cast<double>(l[i]) * static_cast<double>(l[i + 1]);
-  double hidden = 0;  // widths between the input and the logits
-  for (size_t i = 1; i + 1 < l.size(); ++i) hidden += static_cast<double>(l[i]);
+  const WorkloadCost c = workload_cost(w);
+  double macs = 0;
+  for (double m : c.macs) macs += m;
   const double m = w.optimizer == "adamw" ? 2 : w.momentum > 0 ? 1 : 0;
   StepFloor f;
   // Forward, grad of the activations and grad of the weights: 2 FLOP per MAC each; the first
   // layer's input needs no gradient.
-  f.flops = 6 * b * mac - 2 * b * static_cast<double>(l[0]) * static_cast<double>(l[1]);
+  f.flops = 6 * b * macs - 2 * b * c.macs.front();
   // Parameters: read forward, gradient written and read, weight read and written by the update
-  // (5 passes), plus the momentum buffer read and written. Per sample: the input read twice,
-  // each hidden activation touched about five times, the logits four times.
-  f.bytes =
-      4 * (static_cast<double>(parameter_count(w)) * (5 + 2 * m) +
-           b * (2 * static_cast<double>(l[0]) + 5 * hidden + 4 * static_cast<double>(l.back())));
+  // (5 passes), plus each optimizer state read and written. Per sample: the input read twice,
+  // each activation touched about five times, the logits four times.
+  f.bytes = 4 * (c.params * (5 + 2 * m) + b * (2 * c.input + 5 * c.activations + 4 * c.classes));
   return f;
 }
 

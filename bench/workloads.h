@@ -24,7 +24,24 @@ struct Workload {
   // "none", or the autocast dtype of the forward and loss: "bf16", or "fp16" with a GradScaler
   // (init_scale 65536, PyTorch's defaults); the same on the PyTorch side.
   std::string amp = "none";
+  // "mlp": the Linear layers above. "cnn" and "resnet": convolutional nets on images of shape
+  // `input` (one sample, [C, H, W]); `layers` is then their classifier's feature sizes, the
+  // flattened features first.
+  std::string arch = "mlp";
+  std::vector<int64_t> input;  // mlp: {layers[0]}
 };
+
+// What the floor counts for a workload, per sample: the multiply-adds of each GEMM-like layer
+// (convolutions and Linear, input side first), the elements of the activations between the
+// input and the logits, and the parameters. For an MLP these follow from `layers`; the JSON
+// carries them for the conv nets (bench/schema) so the checkers need no model code.
+struct WorkloadCost {
+  std::vector<double> macs;
+  double activations = 0;
+  double params = 0;
+  double input = 0, classes = 0;
+};
+WorkloadCost workload_cost(const Workload& w);
 
 // Every workload, in the order a run takes them.
 const std::vector<Workload>& all_workloads();
@@ -42,15 +59,19 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Workload& w, std::vector<
 // The schema's description of a workload ("workloads" entry).
 nlohmann::json describe(const Workload& w);
 
-// Linear, activation, Linear, ..., Linear (no activation after the last), parameters drawn
-// from the default generator.
+// mlp: Linear, activation, Linear, ..., Linear (no activation after the last). cnn: conv 32 3x3
+// pad 1, ReLU, conv 64 3x3 pad 1, ReLU, max-pool 2, flatten, Linear 12544->128, ReLU, Linear 10.
+// resnet: a conv-BN-ReLU stem of 16 channels, three residual blocks (16, 32 stride 2, 64 stride
+// 2; two 3x3 conv-BN each, a 1x1 conv-BN on a skip that changes shape), global average pool,
+// Linear 64->10. Parameters drawn from the default generator.
 nn::Sequential build_model(const Workload& w);
 
 int64_t parameter_count(const Workload& w);
 
-// The minimum work of one step at batch B (the formula in bench/schema and the README):
-//   flops = 6*B*sum(in*out) - 2*B*layers[0]*layers[1]   (no gradient for the input)
-//   bytes = 4*(P*(5 + 2m) + B*(2*layers[0] + 5*sum(hidden widths) + 4*layers.back()))
+// The minimum work of one step at batch B (the formula in bench/schema and the README), from
+// workload_cost (an MLP: macs = in*out per layer, activations = the hidden widths):
+//   flops = 6*B*sum(macs) - 2*B*macs[0]   (no gradient for the input)
+//   bytes = 4*(P*(5 + 2m) + B*(2*input + 5*activations + 4*classes))
 // P the parameter count, m the optimizer's state tensors per parameter (SGD with momentum 1,
 // AdamW 2: each read and written once).
 struct StepFloor {

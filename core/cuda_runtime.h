@@ -11,6 +11,7 @@ namespace ember::cuda {
 
 bool is_available();  // built with CUDA and at least one device visible
 int device_count();
+bool has_cudnn();  // built with cuDNN: conv2d runs on it (else nn's conv falls back)
 void synchronize(int device = 0);  // also raises errors flagged by kernels (bad indices)
 // Copies on the device's stream. Host-to-device from pageable memory and device-to-host return
 // once the data is safe to reuse / read.

@@ -228,6 +228,59 @@ OutputMeta factory_meta(OpId op, const Attrs& a) {
   return m;
 }
 
+// conv2d and its backward rows: the input, weight and output shapes they relate, checked.
+struct ConvShapes {
+  Shape x, w, y;
+};
+
+ConvShapes conv_shapes(OpId op, std::span<const Tensor> in, const Attrs& a) {
+  const std::string_view name = op_name(op);
+  EMBER_CHECK(in.size() == 2, name, ": expected 2 inputs, got ", in.size());
+  common_device(op, in, false);
+  check_dtype(op, in[0].dtype(), 0);
+  EMBER_CHECK(in[1].dtype() == in[0].dtype(), name, ": inputs are ", dtype_name(in[0].dtype()),
+              " and ", dtype_name(in[1].dtype()), "; expected one dtype");
+  EMBER_CHECK(a.conv_stride.size() == 2 && a.conv_padding.size() == 2 &&
+                  a.conv_dilation.size() == 2,
+              name, ": stride, padding and dilation take 2 values each, got ", a.conv_stride,
+              ", ", a.conv_padding, " and ", a.conv_dilation);
+  for (int i = 0; i < 2; ++i)
+    EMBER_CHECK(a.conv_stride[i] >= 1 && a.conv_dilation[i] >= 1 && a.conv_padding[i] >= 0,
+                name, ": stride ", a.conv_stride, " and dilation ", a.conv_dilation,
+                " must be positive and padding ", a.conv_padding, " non-negative");
+  EMBER_CHECK(a.groups >= 1, name, ": groups must be positive, got ", a.groups);
+  ConvShapes c;
+  if (op == OpId::conv2d) {
+    c.x = in[0].sizes();
+    c.w = in[1].sizes();
+  } else if (op == OpId::conv2d_backward_input) {
+    c.x = a.shape;
+    c.w = in[1].sizes();
+  } else {
+    c.x = in[1].sizes();
+    c.w = a.shape;
+  }
+  EMBER_CHECK(c.x.size() == 4 && c.w.size() == 4, name, ": expected a 4-D input [N, C, H, W] and ",
+              "a 4-D weight [OC, C / groups, kH, kW], got ", c.x, " and ", c.w);
+  const int64_t C = c.x[1], OC = c.w[0];
+  EMBER_CHECK(OC % a.groups == 0 && c.w[1] * a.groups == C, name, ": input ", c.x, " and weight ",
+              c.w, " do not fit groups = ", a.groups, " (want C = weight dim 1 * groups and OC ",
+              "divisible by groups)");
+  c.y = Shape{c.x[0], OC, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t span = c.x[2 + i] + 2 * a.conv_padding[i] - a.conv_dilation[i] * (c.w[2 + i] - 1);
+    EMBER_CHECK(c.w[2 + i] >= 1 && span >= 1, name, ": kernel ", c.w, " (dilation ",
+                a.conv_dilation, ") is larger than the padded input ", c.x, " + padding ",
+                a.conv_padding);
+    c.y[2 + i] = (span - 1) / a.conv_stride[i] + 1;
+  }
+  if (op != OpId::conv2d)
+    EMBER_CHECK(in[0].sizes() == c.y, name, ": grad must have the output's shape ", c.y, ", got ",
+                in[0].sizes());
+  checked_numel(c.y, cname(op));
+  return c;
+}
+
 }  // namespace
 
 MultiTensorShape multi_tensor_shape(OpId op, const Attrs& a) {
@@ -416,6 +469,13 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
         }
       }
       return {Shape{}, kFloat32, dev};
+    }
+    case OpKind::Conv: {
+      const ConvShapes c = conv_shapes(op, in, a);
+      const Shape& shape = op == OpId::conv2d                  ? c.y
+                           : op == OpId::conv2d_backward_input ? c.x
+                                                               : c.w;
+      return {shape, in[0].dtype(), in[0].device()};
     }
     case OpKind::Transfer:
       EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");

@@ -26,7 +26,8 @@ enum class OpKind : uint8_t {
   Factory,
   Random,
   Transfer,
-  MultiTensor
+  MultiTensor,
+  Conv
 };
 enum class OutRule : uint8_t { Same, IntToFloat, ToBool, ToInt64, Index, Cast };
 

@@ -60,6 +60,7 @@ struct ContractionPlan {
   ValueId cur = kNoValue;      // the same as the next member reads it (through a view, maybe)
   int64_t m = 0, n = 0, k = 0;
   Epilogue epilogue = Epilogue::None;
+  DType dtype = kFloat32;
   Group tail;  // empty: the GEMM is the whole group
   bool has_tail() const { return !tail.nodes.empty(); }
 };
@@ -118,8 +119,14 @@ bool plan_contraction(const Graph& g, const Group& grp, ContractionPlan& out, st
   const Value& vp = g.values[mm.out];
   if (va.shape.size() != 2 || vb.shape.size() != 2)
     return fail(why, "a batched product (the GEMM lowering takes 2-D operands)");
+  // float32 (TF32 if allowed), or a 16-bit product on tensor cores with float32 accumulation:
+  // what autocast makes of a Linear. The epilogue adds the bias to the float32 accumulator and
+  // rounds once, where eager rounds the product and then the sum (at most one unit in the last
+  // place apart; PyTorch's addmm rounds once too).
   for (const Value* v : {&va, &vb, &vp}) {
-    if (v->dtype != kFloat32) return fail(why, "not float32");
+    if (v->dtype != va.dtype) return fail(why, "operands of different dtypes");
+    if (v->dtype != kFloat32 && v->dtype != kBFloat16 && v->dtype != kFloat16)
+      return fail(why, "not float32, bfloat16 or float16");
     if (!v->device.is_cuda() || v->device != vp.device)
       return fail(why, "not all on the product's GPU");
   }
@@ -128,6 +135,7 @@ bool plan_contraction(const Graph& g, const Group& grp, ContractionPlan& out, st
   ContractionPlan p;
   p.a = mm.inputs[0];
   p.b = mm.inputs[1];
+  p.dtype = va.dtype;
   p.m = va.shape[0];
   p.k = va.shape[1];
   p.n = vb.shape[1];
@@ -200,7 +208,7 @@ class LoweredGemm final : public LoweredGroup {
                 : p_.epilogue == Epilogue::Bias ? kc::GemmEpilogue::Bias
                                                 : kc::GemmEpilogue::ReluBias;
     // Decided once: the operands' shapes and strides are fixed by the graph.
-    small_ = kc::small_gemm_kind(kFloat32, a_, b_);
+    small_ = kc::small_gemm_kind(p_.dtype, a_, b_);
     const bool small = small_ != kc::SmallGemmKind::None;
     what_ = join({small ? kc::small_gemm_name(small_) : "cuBLASLt", small ? " kernel" : "", " mm ",
                   shape_pair(g, p_.a, p_.b), " + ", kc::gemm_epilogue_name(epilogue_)});
@@ -270,7 +278,7 @@ class LoweredGemm final : public LoweredGroup {
     c.epilogue = kc::GemmEpilogue::None;
     kc::gemm_epilogue(c);
     if (p_.bias != kNoValue)
-      kc::add_bias_rows(device_, kFloat32, c.d, p_.m, p_.n, ld_d_, c.bias,
+      kc::add_bias_rows(device_, p_.dtype, c.d, p_.m, p_.n, ld_d_, c.bias,
                         p_.epilogue == Epilogue::ReluBias);
   }
 
@@ -278,7 +286,7 @@ class LoweredGemm final : public LoweredGroup {
     const auto& s = *slots_;
     kc::GemmCall c;
     c.device = device_;
-    c.dtype = kFloat32;
+    c.dtype = p_.dtype;
     c.a = a_;
     c.a.ptr = s[p_.a]->data();
     c.b = b_;

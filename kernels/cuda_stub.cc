@@ -18,6 +18,7 @@ namespace {
 namespace cuda {
 bool is_available() { return false; }
 int device_count() { return 0; }
+bool has_cudnn() { return false; }
 void synchronize(int) { no_cuda("cuda::synchronize"); }
 void copy_host_to_device(void*, const void*, size_t, int) { no_cuda("cuda::copy_host_to_device"); }
 void copy_device_to_host(void*, const void*, size_t, int) { no_cuda("cuda::copy_device_to_host"); }

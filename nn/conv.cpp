@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/autocast.h"
+#include "core/cuda_runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -141,15 +143,31 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
               ": kernel ", kh, "x", kw, " (dilation ", str(a.dilation),
               ") is larger than the padded input ", H + pt + pb, "x", W + pl + pr, " (input ",
               x.sizes(), ")");
-  const Sliding s{kh, kw, sh, sw, dh, dw, pt, pl,
-                  out_size(H, kh, sh, dh, pt + pb, pt, false),
-                  out_size(W, kw, sw, dw, pl + pr, pl, false)};
-  const Windows win = sliding(s, H, W);
-  const int64_t L = win.oh * win.ow, K = win.k;
-  // [N, G, Cg K, L] against [G, OC / G, Cg K]: one batched product per group.
-  const Tensor cols = gather_windows(x, win, 0.0).view({N, G, Cg * K, L});
-  const Tensor wg = w.reshape({G, OC / G, Cg * K});
-  Tensor y = matmul(wg, cols).view({N, OC, win.oh, win.ow});
+  if (x.device().is_cuda() && !cuda::has_cudnn()) {
+    // A CUDA build without cuDNN: windows gathered by index_select, then one batched product
+    // per group (slow, but every part of it has a CUDA kernel).
+    const Sliding s{kh, kw, sh, sw, dh, dw, pt, pl,
+                    out_size(H, kh, sh, dh, pt + pb, pt, false),
+                    out_size(W, kw, sw, dw, pl + pr, pl, false)};
+    const Windows win = sliding(s, H, W);
+    const int64_t L = win.oh * win.ow, K = win.k;
+    // [N, G, Cg K, L] against [G, OC / G, Cg K].
+    const Tensor cols = gather_windows(x, win, 0.0).view({N, G, Cg * K, L});
+    const Tensor wg = w.reshape({G, OC / G, Cg * K});
+    Tensor y = matmul(wg, cols).view({N, OC, win.oh, win.ow});
+    if (b.defined()) y = add(y, b.view({1, OC, 1, 1}));
+    return y;
+  }
+  // The conv2d row takes one padding for both sides (as cuDNN does). An uneven 'same' pads
+  // both sides by the larger amount and drops the extra first rows / columns of the result.
+  Attrs ca;
+  ca.conv_stride = {sh, sw};
+  ca.conv_padding = {std::max(pt, pb), std::max(pl, pr)};
+  ca.conv_dilation = {dh, dw};
+  ca.groups = G;
+  Tensor y = dispatch(OpId::conv2d, {x.contiguous(), w.contiguous()}, ca);
+  if (pb > pt) y = y.slice(2, pb - pt, y.size(2));
+  if (pr > pl) y = y.slice(3, pr - pl, y.size(3));
   if (b.defined()) y = add(y, b.view({1, OC, 1, 1}));
   return y;
 }

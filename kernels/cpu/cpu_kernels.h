@@ -16,6 +16,14 @@ void multi_tensor(const KernelCall& call);   // multi_tensor.cpp (sgd_update)
 // optimizer_kernels.cpp (adam_update, rmsprop_update, adagrad_update)
 void optimizer_update(const KernelCall& call);
 void amp_unscale(const KernelCall& call);  // amp.cpp: GradScaler's unscale and inf check
+void conv(const KernelCall& call);  // conv.cpp: conv2d and its backward rows (im2col + GEMM)
+// C[m, n] = op(A) op(B), or C += op(A) op(B) when accumulate, on the calling thread only (the
+// BLAS when the build has it, else Eigen). Row-major with leading dimensions: A is [m, k], or
+// stored as [k, m] when ta; B is [k, n], or stored [n, k] when tb. float and double
+// (matmul.cpp).
+template <class T>
+void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                 const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate);
 // Whether a multi-tensor update was handed a found_inf that is set (multi_tensor.cpp).
 bool found_inf_set(const KernelCall& call);
 }  // namespace ember::kernels::cpu

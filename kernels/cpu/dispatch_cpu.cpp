@@ -27,6 +27,8 @@ void run_cpu(const KernelCall& c) {
       return cpu::random(c);
     case OpKind::MultiTensor:
       return cpu::multi_tensor(c);
+    case OpKind::Conv:
+      return cpu::conv(c);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -8,9 +8,9 @@
 // float16/bfloat16 compute in float and round the result once.
 //
 // Threads: the BLAS runs single-threaded and a large product is cut into slabs of C's columns
-// (or rows, when C is narrow) run on the intra-op pool (core/parallel.h). Each element of C is
-// still one dot product over all of K in the library's order, so the result does not depend on
-// the thread count.
+// (or rows, when C is narrow), sized by the problem alone, run on the intra-op pool
+// (core/parallel.h). The BLAS picks its kernels by each call's sizes, so fixed slabs give the
+// same sums in the same order whatever the thread count.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
@@ -89,6 +89,7 @@ void gemm_mapped(const Operand<T>& a, int64_t lda, const Operand<T>& b, int64_t 
 // microseconds, about what a product of this size takes.
 constexpr int64_t kParallelGemmMacs = int64_t{1} << 19;
 constexpr int64_t kSlab = 16;  // slab edge: a multiple of the BLAS kernels' register tiles
+constexpr int64_t kMaxSlabs = 8;
 
 template <class T>
 void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
@@ -117,8 +118,8 @@ bool fits_blas(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
 }
 
 // c[M,N] (contiguous) = a * b with each operand row-major (t = false) or column-major
-// (t = true, a transposed view) with leading dimension ld. parallel_for runs the whole product
-// as one call when it is too small to split (fewer than two slabs' worth of kParallelGemmMacs).
+// (t = true, a transposed view) with leading dimension ld. A product too small to split
+// (under two slabs' worth of kParallelGemmMacs) is one call.
 template <class T>
 void gemm_blas(const Operand<T>& a, bool ta, int64_t lda, const Operand<T>& b, bool tb, int64_t ldb,
                T* c) {
@@ -127,15 +128,23 @@ void gemm_blas(const Operand<T>& a, bool ta, int64_t lda, const Operand<T>& b, b
   // Slabs of C: columns when C is at least as wide as tall, else rows. An operand's row r
   // starts at data + r rs and its column j at data + j cs in either layout.
   const bool by_cols = n >= m;
-  const int64_t extent = by_cols ? n : m, slabs = (extent + kSlab - 1) / kSlab;
-  const int64_t macs_per_slab = std::max<int64_t>(1, m * n * k / slabs);
-  const int64_t grain = std::max<int64_t>(1, kParallelGemmMacs / 2 / macs_per_slab);
-  parallel_for(slabs, grain, [&](int64_t s0, int64_t s1) {
-    const int64_t lo = s0 * kSlab, hi = std::min(extent, s1 * kSlab);
-    if (by_cols) {
-      blas_call(ta, tb, m, hi - lo, k, a.data, lda, b.data + lo * b.cs, ldb, c + lo, n);
-    } else {
-      blas_call(ta, tb, hi - lo, n, k, a.data + lo * a.rs, lda, b.data, ldb, c + lo * n, n);
+  const int64_t extent = by_cols ? n : m;
+  // How C is cut depends on the problem alone, never on the thread count: the BLAS chooses its
+  // kernels (and with them the order it sums in) by each call's sizes, so cutting by threads
+  // would round differently on 1 and 3 threads. Up to kMaxSlabs calls of at least
+  // kParallelGemmMacs multiply-adds each, edges a multiple of kSlab.
+  const int64_t macs = m * n * k;
+  const int64_t want = std::clamp<int64_t>(macs / kParallelGemmMacs, 1, kMaxSlabs);
+  const int64_t slab = std::max(kSlab, (extent / want + kSlab - 1) / kSlab * kSlab);
+  const int64_t slabs = (extent + slab - 1) / slab;
+  parallel_for(slabs, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t lo = s * slab, hi = std::min(extent, lo + slab);
+      if (by_cols) {
+        blas_call(ta, tb, m, hi - lo, k, a.data, lda, b.data + lo * b.cs, ldb, c + lo, n);
+      } else {
+        blas_call(ta, tb, hi - lo, n, k, a.data + lo * a.rs, lda, b.data, ldb, c + lo * n, n);
+      }
     }
   });
 }
@@ -229,6 +238,53 @@ void matmul_typed(const KernelCall& call) {
 }
 
 }  // namespace
+
+template <class T>
+void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                 const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+    return;
+  }
+#if EMBER_HAVE_OPENBLAS
+  if (fits_blas(m, n, k, std::max(lda, ldc), ldb)) {
+    make_blas_serial();
+    const auto tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
+    const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+    const auto LA = static_cast<int>(lda), LB = static_cast<int>(ldb), LC = static_cast<int>(ldc);
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, 1.0f, a, LA, b, LB, accumulate ? 1.0f : 0.0f, c,
+                  LC);
+    } else {
+      cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, 1.0, a, LA, b, LB, accumulate ? 1.0 : 0.0, c, LC);
+    }
+    return;
+  }
+#endif
+  using Stride = Eigen::OuterStride<>;
+  using RowMap = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Stride>;
+  using ColMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>,
+                            Eigen::Unaligned, Stride>;
+  Eigen::Map<RowMat<T>, Eigen::Unaligned, Stride> cm(c, m, n, Stride(ldc));
+  auto run = [&](const auto& am, const auto& bm) {
+    if (accumulate) {
+      cm.noalias() += am * bm;
+    } else {
+      cm.noalias() = am * bm;
+    }
+  };
+  if (!ta && !tb) run(RowMap(a, m, k, Stride(lda)), RowMap(b, k, n, Stride(ldb)));
+  if (!ta && tb) run(RowMap(a, m, k, Stride(lda)), ColMap(b, k, n, Stride(ldb)));
+  if (ta && !tb) run(ColMap(a, m, k, Stride(lda)), RowMap(b, k, n, Stride(ldb)));
+  if (ta && tb) run(ColMap(a, m, k, Stride(lda)), ColMap(b, k, n, Stride(ldb)));
+}
+
+template void gemm_serial<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t,
+                                 const float*, int64_t, float*, int64_t, bool);
+template void gemm_serial<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
+                                  const double*, int64_t, double*, int64_t, bool);
 
 void matmul(const KernelCall& call) {
   EMBER_CHECK(call.inputs.size() == 2, op_name(call.op), ": expected 2 inputs, got ",

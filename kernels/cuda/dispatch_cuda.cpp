@@ -35,6 +35,8 @@ void run_cuda(const KernelCall& call) {
       return cuda::random(call);
     case OpKind::MultiTensor:
       return cuda::multi_tensor(call);
+    case OpKind::Conv:
+      return cuda::conv(call);
     case OpKind::View:
     case OpKind::Transfer:
       break;

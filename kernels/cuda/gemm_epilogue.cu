@@ -6,6 +6,8 @@
 // heuristic's answers persist across processes through the algorithm store when one is installed
 // (gemm_algo_store.h).
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -297,16 +299,28 @@ cublasStatus_t launch(const Plan& p, const GemmCall& c, const cublasLtMatmulAlgo
                         c.d, p.d, c.d, p.d, algo, ws.ptr, ws.size, stream(c.device));
 }
 
-__global__ void add_bias_rows_kernel(float* __restrict__ d, int64_t m, int64_t n, int64_t ld,
-                                     const float* __restrict__ bias, bool relu) {
+// The bias is added in float32 and the sum rounded once to T, as eager's add of the stored
+// product computes it.
+template <typename T>
+__global__ void add_bias_rows_kernel(T* __restrict__ d, int64_t m, int64_t n, int64_t ld,
+                                     const T* __restrict__ bias, bool relu) {
   const int64_t total = m * n;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
-    float v = d[r * ld + c] + bias[c];
+    float v = static_cast<float>(d[r * ld + c]) + static_cast<float>(bias[c]);
     if (relu && !(v > 0.f || v != v)) v = 0.f;
-    d[r * ld + c] = v;
+    d[r * ld + c] = static_cast<T>(v);
   }
+}
+
+template <typename T>
+void launch_add_bias_rows(int device, void* d, int64_t m, int64_t n, int64_t ld,
+                          const void* bias, bool relu) {
+  constexpr int kThreads = 256;
+  add_bias_rows_kernel<T><<<grid_stride_blocks(m * n, kThreads, device), kThreads, 0,
+                            stream(device)>>>(static_cast<T*>(d), m, n, ld,
+                                              static_cast<const T*>(bias), relu);
 }
 
 }  // namespace
@@ -491,13 +505,17 @@ GemmAutotuneResult autotune_gemm(const GemmCall& call, int k, int repeats, doubl
 
 void add_bias_rows(int device, DType dtype, void* d, int64_t m, int64_t n, int64_t ld,
                    const void* bias, bool relu) {
-  EMBER_CHECK(dtype == kFloat32, "add_bias_rows: float32 only, got ", dtype_name(dtype));
+  EMBER_CHECK(dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16,
+              "add_bias_rows: float32, bfloat16 or float16 only, got ", dtype_name(dtype));
   if (m <= 0 || n <= 0) return;
   DeviceGuard guard(device);
-  constexpr int kThreads = 256;
-  add_bias_rows_kernel<<<grid_stride_blocks(m * n, kThreads, device), kThreads, 0,
-                         stream(device)>>>(static_cast<float*>(d), m, n, ld,
-                                           static_cast<const float*>(bias), relu);
+  if (dtype == kFloat32) {
+    launch_add_bias_rows<float>(device, d, m, n, ld, bias, relu);
+  } else if (dtype == kBFloat16) {
+    launch_add_bias_rows<__nv_bfloat16>(device, d, m, n, ld, bias, relu);
+  } else {
+    launch_add_bias_rows<__half>(device, d, m, n, ld, bias, relu);
+  }
   check_launch("add_bias_rows");
 }
 

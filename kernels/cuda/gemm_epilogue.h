@@ -110,8 +110,8 @@ GemmAutotuneResult autotune_gemm(const GemmCall& call, int k = 8, int repeats = 
 // Whether stream(device) is being captured into a CUDA graph right now.
 bool stream_capturing(int device);
 
-// D[m, n] = act(D[m, n] + bias[n]) in place over a row-major [M, N] float32 matrix with leading
-// dimension ld (act: identity, or Ember's relu, NaN passing through): the lowering's fallback
+// D[m, n] = act(D[m, n] + bias[n]) in place over a row-major [M, N] float32, bfloat16 or
+// float16 matrix with leading dimension ld (act: identity, or Ember's relu, NaN passing through): the lowering's fallback
 // when cuBLASLt has no epilogue algorithm for a problem. Same rounding as eager add then relu.
 void add_bias_rows(int device, DType dtype, void* d, int64_t m, int64_t n, int64_t ld,
                    const void* bias, bool relu);

@@ -506,6 +506,35 @@ Entry entry_for(OpId op, Rng& r) {
                       return matmul(x[0], x[1]);
                     }}});
 
+    // ---- convolution (the row itself: nn/conv.cpp's checks are tested in tests/nn)
+    case OpId::conv2d: {
+      auto conv = [](std::vector<int64_t> st, std::vector<int64_t> pad, std::vector<int64_t> dil,
+                     int64_t groups) {
+        Attrs a;
+        a.conv_stride = Dims(st);
+        a.conv_padding = Dims(pad);
+        a.conv_dilation = Dims(dil);
+        a.groups = groups;
+        return [a](In x) { return dispatch(OpId::conv2d, {x[0].contiguous(), x[1].contiguous()}, a); };
+      };
+      return grad({{"3x3, padding 1", {U({2, 2, 4, 5}), U({3, 2, 3, 3})}, conv({1, 1}, {1, 1}, {1, 1}, 1)},
+                   {"stride 2, uneven padding, 2 groups",
+                    {U({1, 4, 5, 4}), U({4, 2, 3, 2})},
+                    conv({2, 1}, {1, 0}, {1, 1}, 2)},
+                   {"dilation 2", {U({1, 1, 5, 5}), U({2, 1, 2, 2})}, conv({1, 1}, {0, 0}, {2, 2}, 1)},
+                   {"1x1, depthwise", {U({2, 3, 2, 3}), U({3, 1, 1, 1})}, conv({1, 1}, {0, 0}, {1, 1}, 3)}});
+    }
+    case OpId::conv2d_backward_input:
+    case OpId::conv2d_backward_weight: {
+      Attrs a;
+      a.conv_stride = {1, 1};
+      a.conv_padding = {1, 1};
+      a.conv_dilation = {1, 1};
+      a.shape = op == OpId::conv2d_backward_input ? Shape{2, 2, 3, 3} : Shape{4, 2, 3, 3};
+      const Tensor other = op == OpId::conv2d_backward_input ? U({4, 2, 3, 3}) : U({2, 2, 3, 3});
+      return not_differentiable([=] { return dispatch(op, {U({2, 4, 3, 3}), other}, a); });
+    }
+
     // ---- normalisers and losses
     case OpId::softmax:
       return grad({{"softmax over dim 1", {U({3, 5})}, [](In x) { return softmax(x[0], 1); }},
