@@ -222,6 +222,9 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       }
       break;
     }
+    case OpId::max_pool2d:
+      r[0] = dispatch(OpId::max_pool2d_backward, {g.contiguous(), in(n, 0)}, a);
+      break;
     case OpId::softmax: {
       const Tensor y = out(n);
       r[0] = y * (g - sum(g * y, {a.dim}, /*keepdim=*/true));

@@ -281,6 +281,32 @@ ConvShapes conv_shapes(OpId op, std::span<const Tensor> in, const Attrs& a) {
   return c;
 }
 
+// max_pool2d's output shape; PyTorch's size formula (ceil_mode drops a last window that would
+// start in the right padding).
+Shape pool_shape(OpId op, const Tensor& x, const Attrs& a) {
+  const std::string_view name = op_name(op);
+  check_dtype(op, x.dtype(), 0);
+  EMBER_CHECK(x.dim() == 4, name, ": expected a 4-D input [N, C, H, W], got ", x.sizes());
+  EMBER_CHECK(a.window.size() == 2 && a.conv_stride.size() == 2 && a.conv_padding.size() == 2 &&
+                  a.conv_dilation.size() == 2,
+              name, ": window, stride, padding and dilation take 2 values each");
+  Shape out = x.sizes();
+  for (int i = 0; i < 2; ++i) {
+    const int64_t k = a.window[i], s = a.conv_stride[i], p = a.conv_padding[i],
+                  d = a.conv_dilation[i], in = x.size(2 + i);
+    EMBER_CHECK(k >= 1 && s >= 1 && d >= 1 && p >= 0 && 2 * p <= k, name, ": window ", a.window,
+                ", stride ", a.conv_stride, ", dilation ", a.conv_dilation,
+                " must be positive and padding ", a.conv_padding, " at most half the window");
+    const int64_t span = in + 2 * p - d * (k - 1) - 1;
+    EMBER_CHECK(span >= 0, name, ": window ", a.window, " is larger than the padded input ",
+                x.sizes());
+    int64_t o = (a.ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    if (a.ceil_mode && (o - 1) * s >= in + p) --o;
+    out[2 + i] = o;
+  }
+  return out;
+}
+
 }  // namespace
 
 MultiTensorShape multi_tensor_shape(OpId op, const Attrs& a) {
@@ -476,6 +502,19 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                            : op == OpId::conv2d_backward_input ? c.x
                                                                : c.w;
       return {shape, in[0].dtype(), in[0].device()};
+    }
+    case OpKind::Pool: {
+      if (op == OpId::max_pool2d) {
+        EMBER_CHECK(in.size() == 1, "max_pool2d: expected 1 input");
+        return {pool_shape(op, in[0], a), in[0].dtype(), in[0].device()};
+      }
+      EMBER_CHECK(in.size() == 2, op_name(op), ": expected grad and input");
+      common_device(op, in, false);
+      const Shape y = pool_shape(op, in[1], a);
+      EMBER_CHECK(in[0].sizes() == y && in[0].dtype() == in[1].dtype(), op_name(op),
+                  ": grad must be ", dtype_name(in[1].dtype()), " ", y, ", got ",
+                  dtype_name(in[0].dtype()), " ", in[0].sizes());
+      return {in[1].sizes(), in[1].dtype(), in[1].device()};
     }
     case OpKind::Transfer:
       EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");

@@ -27,7 +27,8 @@ enum class OpKind : uint8_t {
   Random,
   Transfer,
   MultiTensor,
-  Conv
+  Conv,
+  Pool
 };
 enum class OutRule : uint8_t { Same, IntToFloat, ToBool, ToInt64, Index, Cast };
 

@@ -226,8 +226,13 @@ PoolPlan pool_plan(const Tensor& x, const PoolArgs& a, const char* who, bool dil
 Tensor max_pool2d(const Tensor& x_in, const PoolArgs& a) {
   const Tensor& x = x_in;
   const PoolPlan p = pool_plan(x, a, "max_pool2d", true);
-  const Tensor cols = gather_windows(x, p.win, -std::numeric_limits<double>::infinity());
-  return amax(cols, {2}).view({x.size(0), x.size(1), p.win.oh, p.win.ow});
+  Attrs pa;
+  pa.window = {p.s.kh, p.s.kw};
+  pa.conv_stride = {p.s.sh, p.s.sw};
+  pa.conv_padding = {p.ph, p.pw};
+  pa.conv_dilation = {p.s.dh, p.s.dw};
+  pa.ceil_mode = a.ceil_mode;
+  return dispatch(OpId::max_pool2d, {x.contiguous()}, pa);
 }
 
 Tensor avg_pool2d(const Tensor& x, const PoolArgs& a) {
@@ -263,6 +268,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_s
   EMBER_CHECK(oh >= 1 && ow >= 1, who, ": output_size must be positive, got ", str(output_size));
   const int64_t H = x.size(2), W = x.size(3);
   EMBER_CHECK(H >= 1 && W >= 1, who, ": empty input plane, shape ", x.sizes());
+  // Global average pooling: one mean over the plane (a fused reduction in the JIT).
+  if (oh == 1 && ow == 1) return mean(x, {2, 3}, /*keepdim=*/true);
   auto start = [](int64_t i, int64_t in, int64_t out) { return (i * in) / out; };
   auto stop = [](int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; };
   int64_t kh = 0, kw = 0;

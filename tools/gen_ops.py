@@ -23,7 +23,7 @@ import sys
 import yaml
 
 KINDS = {"Nullary", "Unary", "Binary", "Ternary", "Reduce", "Matmul", "Softmax", "Loss", "Index",
-         "Cat", "View", "Factory", "Random", "Transfer", "MultiTensor", "Conv"}
+         "Cat", "View", "Factory", "Random", "Transfer", "MultiTensor", "Conv", "Pool"}
 POINTWISE = {"Nullary", "Unary", "Binary", "Ternary"}
 RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast"}
 DTYPES = {"float": "kFloatTypes", "numeric": "kNumericTypes", "all": "kAllTypes",

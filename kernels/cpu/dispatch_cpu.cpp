@@ -29,6 +29,8 @@ void run_cpu(const KernelCall& c) {
       return cpu::multi_tensor(c);
     case OpKind::Conv:
       return cpu::conv(c);
+    case OpKind::Pool:
+      return cpu::pool(c);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -15,6 +15,7 @@ void cat(const KernelCall& call);
 void arange(const KernelCall& call);
 void random(const KernelCall& call);
 void multi_tensor(const KernelCall& call);  // sgd_update (optim/)
+void pool(const KernelCall& call);          // pool.cu: max_pool2d and its backward row
 void conv(const KernelCall& call);          // conv.cpp: conv2d and its backward rows (cuDNN)
 // adam_update, rmsprop_update, adagrad_update (optimizer_kernels.cu)
 void optimizer_update(const KernelCall& call);

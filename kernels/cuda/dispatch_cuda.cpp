@@ -37,6 +37,8 @@ void run_cuda(const KernelCall& call) {
       return cuda::multi_tensor(call);
     case OpKind::Conv:
       return cuda::conv(call);
+    case OpKind::Pool:
+      return cuda::pool(call);
     case OpKind::View:
     case OpKind::Transfer:
       break;

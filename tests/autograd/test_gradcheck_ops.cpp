@@ -524,6 +524,27 @@ Entry entry_for(OpId op, Rng& r) {
                    {"dilation 2", {U({1, 1, 5, 5}), U({2, 1, 2, 2})}, conv({1, 1}, {0, 0}, {2, 2}, 1)},
                    {"1x1, depthwise", {U({2, 3, 2, 3}), U({3, 1, 1, 1})}, conv({1, 1}, {0, 0}, {1, 1}, 3)}});
     }
+    case OpId::max_pool2d:
+    case OpId::max_pool2d_backward: {
+      auto pool = [](std::vector<int64_t> k, std::vector<int64_t> st, std::vector<int64_t> pad) {
+        Attrs a;
+        a.window = Dims(k);
+        a.conv_stride = Dims(st);
+        a.conv_padding = Dims(pad);
+        a.conv_dilation = {1, 1};
+        return a;
+      };
+      if (op == OpId::max_pool2d_backward) {
+        const Attrs a = pool({2, 2}, {2, 2}, {0, 0});
+        return not_differentiable(
+            [=] { return dispatch(op, {U({1, 2, 2, 2}), U({1, 2, 4, 4})}, a); });
+      }
+      auto run = [](Attrs a) { return [a](In x) { return dispatch(OpId::max_pool2d, {x[0].contiguous()}, a); }; };
+      return grad({{"2x2 stride 2", {U({2, 2, 4, 6})}, run(pool({2, 2}, {2, 2}, {0, 0}))},
+                   {"3x3 stride 1, overlapping, padding 1",
+                    {U({1, 2, 5, 4})},
+                    run(pool({3, 3}, {1, 1}, {1, 1}))}});
+    }
     case OpId::conv2d_backward_input:
     case OpId::conv2d_backward_weight: {
       Attrs a;

@@ -124,4 +124,100 @@ void conv2d_backward_trials(const Coverage& c, DType dt, Rng& r, std::vector<Tri
   }
 }
 
+namespace {
+
+struct PoolCase {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw;
+  bool ceil;
+  Layout lx;
+};
+
+const std::vector<PoolCase>& pool_cases() {
+  using L = Layout;
+  static const std::vector<PoolCase> k = {
+      {2, 3, 6, 6, 2, 2, 2, 2, 0, 0, 1, 1, false, L::Contiguous},
+      {1, 2, 7, 5, 3, 3, 2, 2, 1, 1, 1, 1, false, L::Strided},
+      {2, 1, 5, 7, 3, 2, 1, 1, 0, 1, 1, 1, false, L::Contiguous},  // overlapping windows
+      {1, 2, 7, 7, 2, 2, 2, 2, 0, 0, 1, 1, true, L::Expanded},     // a last partial window
+      {1, 1, 7, 6, 2, 2, 1, 2, 0, 0, 2, 2, false, L::Contiguous},  // dilation
+  };
+  return k;
+}
+
+int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil) {
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;
+  int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
+  if (ceil && (o - 1) * s >= in + p) --o;
+  return o;
+}
+
+Attrs pool_attrs(const PoolCase& k) {
+  Attrs a;
+  a.window = {k.kh, k.kw};
+  a.conv_stride = {k.sh, k.sw};
+  a.conv_padding = {k.ph, k.pw};
+  a.conv_dilation = {k.dh, k.dw};
+  a.ceil_mode = k.ceil;
+  return a;
+}
+
+// The winner of each window (first maximum in row-major order, NaN wins): flat input indices.
+std::vector<int64_t> pool_winners(const PoolCase& k, const Vec& x, int64_t oh, int64_t ow) {
+  std::vector<int64_t> win;
+  for (int64_t p = 0; p < k.n * k.c; ++p)
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < k.kh; ++i)
+          for (int64_t j = 0; j < k.kw; ++j) {
+            const int64_t y = oy * k.sh - k.ph + i * k.dh, xx = ox * k.sw - k.pw + j * k.dw;
+            if (y < 0 || y >= k.h || xx < 0 || xx >= k.w) continue;
+            const int64_t at = (p * k.h + y) * k.w + xx;
+            if (best < 0 || x[at] > x[best] || (std::isnan(x[at]) && !std::isnan(x[best])))
+              best = at;
+          }
+        win.push_back(best);
+      }
+  return win;
+}
+
+}  // namespace
+
+void max_pool2d_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  const bool backward = c.op == OpId::max_pool2d_backward;
+  for (const PoolCase& k : pool_cases()) {
+    const int64_t oh = pool_out(k.h, k.kh, k.sh, k.ph, k.dh, k.ceil),
+                  ow = pool_out(k.w, k.kw, k.sw, k.pw, k.dw, k.ceil);
+    Trial t;
+    Vec x, g;
+    if (backward)
+      t.inputs.push_back(make_input({k.n, k.c, oh, ow}, Layout::Contiguous, dt, c.domain, r, g));
+    t.inputs.push_back(make_input({k.n, k.c, k.h, k.w}, k.lx, dt, c.domain, r, x));
+    const Attrs a = pool_attrs(k);
+    t.what = std::string(backward ? "max_pool2d_backward(" : "max_pool2d(") +
+             t.inputs.back().str() + ", window " + std::to_string(k.kh) + "x" +
+             std::to_string(k.kw) + (k.ceil ? ", ceil_mode)" : ")");
+    const OpId op = c.op;
+    t.call = [op, a, backward](const std::vector<Tensor>& in, Device) {
+      if (backward) return dispatch(op, {in[0].contiguous(), in[1].contiguous()}, a);
+      return dispatch(op, {in[0].contiguous()}, a);
+    };
+    t.expect.dtype = dt;
+    const std::vector<int64_t> win = pool_winners(k, x, oh, ow);
+    if (!backward) {
+      t.expect.shape = {k.n, k.c, oh, ow};
+      for (int64_t at : win) t.expect.v.push_back(x[at]);
+    } else {
+      t.expect.shape = {k.n, k.c, k.h, k.w};
+      t.expect.v.assign(x.size(), 0.0);
+      t.expect.scale.assign(x.size(), 0.0);
+      for (size_t o = 0; o < win.size(); ++o) {
+        t.expect.v[win[o]] += g[o];
+        t.expect.scale[win[o]] += std::fabs(g[o]);
+      }
+    }
+    out.push_back(std::move(t));
+  }
+}
+
 }  // namespace ember::test::optable

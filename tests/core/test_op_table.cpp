@@ -126,6 +126,8 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::conv2d, conv2d_trials},
       {OpId::conv2d_backward_input, conv2d_backward_trials},
       {OpId::conv2d_backward_weight, conv2d_backward_trials},
+      {OpId::max_pool2d, max_pool2d_trials},
+      {OpId::max_pool2d_backward, max_pool2d_trials},
       {OpId::softmax, softmax_trials},
       {OpId::log_softmax, softmax_trials},
       {OpId::cross_entropy, cross_entropy_trials},
