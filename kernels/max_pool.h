@@ -10,22 +10,31 @@
 
 namespace ember::kernels {
 
+// I: the index type (the CUDA kernels use 32-bit indices where the sizes allow).
+template <class I>
 struct PoolGeometry {
-  int64_t h, w, oh, ow;  // one plane's input and output sizes
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  I h, w, oh, ow;  // one plane's input and output sizes
+  I kh, kw, sh, sw, ph, pw, dh, dw;
+  // Whether no input element lies in two windows (each window's extent fits in its stride).
+  EMBER_HD bool disjoint() const { return sh >= dh * (kh - 1) + 1 && sw >= dw * (kw - 1) + 1; }
+  // Whether the windows cover every input element too.
+  EMBER_HD bool tiles() const {
+    return ph == 0 && pw == 0 && dh == 1 && dw == 1 && sh == kh && sw == kw && oh * sh == h &&
+           ow * sw == w;
+  }
 };
 
 // The flat index (y * w + x) of output (oy, ox)'s winner in its plane, or -1 (an all-padding
 // window, which the shape checks rule out).
-template <class C, class T>
-EMBER_HD int64_t window_argmax(const T* plane, const PoolGeometry& g, int64_t oy, int64_t ox) {
-  int64_t best = -1;
+template <class C, class T, class I>
+EMBER_HD I window_argmax(const T* plane, const PoolGeometry<I>& g, I oy, I ox) {
+  I best = -1;
   C bv = C(0);
-  for (int64_t i = 0; i < g.kh; ++i) {
-    const int64_t y = oy * g.sh - g.ph + i * g.dh;
+  for (I i = 0; i < g.kh; ++i) {
+    const I y = oy * g.sh - g.ph + i * g.dh;
     if (y < 0 || y >= g.h) continue;
-    for (int64_t j = 0; j < g.kw; ++j) {
-      const int64_t x = ox * g.sw - g.pw + j * g.dw;
+    for (I j = 0; j < g.kw; ++j) {
+      const I x = ox * g.sw - g.pw + j * g.dw;
       if (x < 0 || x >= g.w) continue;
       const C v = static_cast<C>(plane[y * g.w + x]);
       if (best < 0 || v > bv || (v != v && bv == bv)) {
@@ -37,11 +46,30 @@ EMBER_HD int64_t window_argmax(const T* plane, const PoolGeometry& g, int64_t oy
   return best;
 }
 
+// Disjoint windows (PoolGeometry::disjoint): window (oy, ox) writes its grad to its winner and 0
+// to its other elements, so every element is written by at most one window (elements outside all
+// windows are zeroed beforehand unless the windows tile the plane).
+template <class C, class T, class I>
+EMBER_HD void pool_window_grad(const T* plane, const T* grad, T* dplane, const PoolGeometry<I>& g,
+                               I oy, I ox) {
+  const I win = window_argmax<C>(plane, g, oy, ox);
+  const T gv = grad[oy * g.ow + ox];
+  for (I i = 0; i < g.kh; ++i) {
+    const I y = oy * g.sh - g.ph + i * g.dh;
+    if (y < 0 || y >= g.h) continue;
+    for (I j = 0; j < g.kw; ++j) {
+      const I x = ox * g.sw - g.pw + j * g.dw;
+      if (x < 0 || x >= g.w) continue;
+      dplane[y * g.w + x] = y * g.w + x == win ? gv : T(0);
+    }
+  }
+}
+
 // The outputs along one dim whose windows can contain input position `p`: [lo, hi].
-EMBER_HD void windows_over(int64_t p, int64_t k, int64_t s, int64_t pad, int64_t d, int64_t out,
-                           int64_t& lo, int64_t& hi) {
+template <class I>
+EMBER_HD void windows_over(I p, I k, I s, I pad, I d, I out, I& lo, I& hi) {
   // o s - pad + i d == p for some 0 <= i < k  =>  (p + pad - (k - 1) d) / s <= o <= (p + pad) / s
-  const int64_t top = p + pad - (k - 1) * d;
+  const I top = p + pad - (k - 1) * d;
   lo = top <= 0 ? 0 : (top + s - 1) / s;
   hi = (p + pad) / s;
   if (hi > out - 1) hi = out - 1;
@@ -49,17 +77,16 @@ EMBER_HD void windows_over(int64_t p, int64_t k, int64_t s, int64_t pad, int64_t
 
 // d input[y, x] of one plane: the sum of grad over the windows (in row-major order) that input
 // element won.
-template <class C, class T>
-EMBER_HD C pool_input_grad(const T* plane, const T* grad, const PoolGeometry& g, int64_t y,
-                           int64_t x) {
-  int64_t ylo, yhi, xlo, xhi;
+template <class C, class T, class I>
+EMBER_HD C pool_input_grad(const T* plane, const T* grad, const PoolGeometry<I>& g, I y, I x) {
+  I ylo, yhi, xlo, xhi;
   windows_over(y, g.kh, g.sh, g.ph, g.dh, g.oh, ylo, yhi);
   windows_over(x, g.kw, g.sw, g.pw, g.dw, g.ow, xlo, xhi);
-  const int64_t me = y * g.w + x;
+  const I me = y * g.w + x;
   C sum = C(0);
-  for (int64_t oy = ylo; oy <= yhi; ++oy) {
+  for (I oy = ylo; oy <= yhi; ++oy) {
     if ((y + g.ph - oy * g.sh) % g.dh != 0) continue;
-    for (int64_t ox = xlo; ox <= xhi; ++ox) {
+    for (I ox = xlo; ox <= xhi; ++ox) {
       if ((x + g.pw - ox * g.sw) % g.dw != 0) continue;
       if (window_argmax<C>(plane, g, oy, ox) == me) sum += static_cast<C>(grad[oy * g.ow + ox]);
     }

@@ -9,7 +9,7 @@
 namespace ember::kernels::cpu {
 namespace {
 
-PoolGeometry geometry(const Tensor& x, const Shape& y, const Attrs& a) {
+PoolGeometry<int64_t> geometry(const Tensor& x, const Shape& y, const Attrs& a) {
   return {x.size(2),         x.size(3),         y[2],
           y[3],              a.window[0],       a.window[1],
           a.conv_stride[0],  a.conv_stride[1],  a.conv_padding[0],
@@ -22,7 +22,7 @@ void run(const KernelCall& call) {
   const bool fwd = call.op == OpId::max_pool2d;
   const Tensor& x = fwd ? call.inputs[0] : call.inputs[1];
   const Shape ys = fwd ? call.out.sizes() : call.inputs[0].sizes();
-  const PoolGeometry g = geometry(x, ys, call.attrs);
+  const PoolGeometry<int64_t> g = geometry(x, ys, call.attrs);
   const int64_t planes = x.size(0) * x.size(1), in = g.h * g.w, out = g.oh * g.ow;
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(call.out.raw_data());
@@ -33,7 +33,7 @@ void run(const KernelCall& call) {
       for (int64_t p = p0; p < p1; ++p)
         for (int64_t oy = 0; oy < g.oh; ++oy)
           for (int64_t ox = 0; ox < g.ow; ++ox) {
-            const int64_t at = window_argmax<C>(px + p * in, g, oy, ox);
+            const int64_t at = window_argmax<C, T, int64_t>(px + p * in, g, oy, ox);
             po[p * out + oy * g.ow + ox] = at < 0 ? T(0) : px[p * in + at];
           }
     });
@@ -44,7 +44,8 @@ void run(const KernelCall& call) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t y = 0; y < g.h; ++y)
         for (int64_t xx = 0; xx < g.w; ++xx)
-          po[p * in + y * g.w + xx] = T(pool_input_grad<C>(px + p * in, pg + p * out, g, y, xx));
+          po[p * in + y * g.w + xx] =
+              T(pool_input_grad<C, T, int64_t>(px + p * in, pg + p * out, g, y, xx));
   });
 }
 

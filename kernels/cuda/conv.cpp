@@ -4,8 +4,11 @@
 // A plan per problem (direction, shapes, dtype, stride/padding/dilation/groups, TF32 setting,
 // device) holds the descriptors and the algorithm, built once and kept for the process, so the
 // eager kernel and the JIT's replays of a problem run the same algorithm and agree bit for bit.
-// The algorithm: cuDNN's heuristic order (cudnnGet*Algorithm_v7), the first that succeeds, is
-// deterministic (no atomics: two runs give the same bits) and fits the workspace. The workspace
+// The algorithm: the fastest that is deterministic (no atomics: two runs give the same bits) and
+// fits the workspace, timed once per problem by cudnnFind*AlgorithmEx (cudnn.benchmark in
+// PyTorch's terms): the heuristic's first deterministic choice can be several times slower than
+// the fastest (bench/NOTES.md). A problem first met while a CUDA graph is being captured takes
+// the heuristic's order instead (timing synchronizes). The workspace
 // is cuBLASLt's (kernels/cuda/runtime.h): every kernel queues on the one stream of its device,
 // so a convolution and a GEMM never use it at the same time, and a captured CUDA graph sees a
 // fixed address. float32 runs without TF32 unless allow_tf32() (core/ops.h); float16/bfloat16
@@ -20,6 +23,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_epilogue.h"
 #include "kernels/cuda/runtime.h"
 
 #if EMBER_HAVE_CUDNN
@@ -134,7 +138,8 @@ int pick(const Perf* perf, int n, size_t limit, size_t* workspace) {
   return -1;
 }
 
-Plan make_plan(const ConvKey& k, const char* what) {
+// a, b: the call's inputs; out: its output (see conv()).
+Plan make_plan(const ConvKey& k, const char* what, const void* a, const void* b, void* out) {
   Plan p;
   const cudnnDataType_t dt = data_type(k.dtype);
   const auto i = [](int64_t v) { return static_cast<int>(v); };
@@ -166,23 +171,48 @@ Plan make_plan(const ConvKey& k, const char* what) {
   const size_t limit = cublas_workspace(k.device).size;
   constexpr int kAsk = 8;
   int got = 0;
+  // Timed on the call's own tensors (the output is rewritten by the call itself afterwards),
+  // unless a CUDA graph is being captured: timing synchronizes, so that plan takes the
+  // heuristic's order.
+  const bool timed = !stream_capturing(k.device);
+  void* ws = cublas_workspace(k.device).ptr;
   if (k.dir == Direction::Forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kAsk];
-    EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv, p.y, kAsk, &got,
-                                                             perf),
-                      what);
+    if (timed) {
+      EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(hd, p.x, a, p.w, b, p.conv, p.y, out,
+                                                               kAsk, &got, perf, ws, limit),
+                        what);
+    } else {
+      EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv, p.y, kAsk,
+                                                               &got, perf),
+                        what);
+    }
     p.algo = pick(perf, got, limit, &p.workspace);
   } else if (k.dir == Direction::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kAsk];
-    EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv, p.x, kAsk,
-                                                                  &got, perf),
-                      what);
+    if (timed) {
+      EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(hd, p.w, b, p.y, a, p.conv, p.x,
+                                                                    out, kAsk, &got, perf, ws,
+                                                                    limit),
+                        what);
+    } else {
+      EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv, p.x,
+                                                                    kAsk, &got, perf),
+                        what);
+    }
     p.algo = pick(perf, got, limit, &p.workspace);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kAsk];
-    EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv, p.w,
-                                                                    kAsk, &got, perf),
-                      what);
+    if (timed) {
+      EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(hd, p.x, b, p.y, a, p.conv,
+                                                                      p.w, out, kAsk, &got, perf,
+                                                                      ws, limit),
+                        what);
+    } else {
+      EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv, p.w,
+                                                                      kAsk, &got, perf),
+                        what);
+    }
     p.algo = pick(perf, got, limit, &p.workspace);
   }
   EMBER_CHECK(p.algo >= 0, what, ": cuDNN has no algorithm for input [", k.x[0], ", ", k.x[1],
@@ -235,7 +265,9 @@ void conv(const KernelCall& call) {
     std::lock_guard<std::mutex> lock(state().mutex);
     hd = handle(k.device);
     auto it = state().plans.find(k);
-    if (it == state().plans.end()) it = state().plans.emplace(k, make_plan(k, what)).first;
+    if (it == state().plans.end())
+      it = state().plans.emplace(k, make_plan(k, what, a.raw_data(), b.raw_data(), out.raw_data()))
+               .first;
     p = it->second;
   }
   const Workspace ws_buf = cublas_workspace(k.device);
