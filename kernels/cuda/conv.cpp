@@ -87,6 +87,7 @@ struct Plan {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;  // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the plan's direction
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t workspace = 0;
 };
 
@@ -124,15 +125,20 @@ cudnnDataType_t data_type(DType t) {
   }
 }
 
+// The first usable result in the order given (timed: fastest first; heuristic: its ranking):
+// deterministic first, anything that runs as a last resort. Each result names the math type it
+// ran with, which the plan's descriptor must then carry (cuDNN refuses an algorithm run in
+// another). float32 without TF32 takes FMA math only.
 template <class Perf>
-int pick(const Perf* perf, int n, size_t limit, size_t* workspace) {
-  // Heuristic order; deterministic first, anything that runs as a last resort.
+int pick(const Perf* perf, int n, size_t limit, bool fma_only, Plan& plan) {
   for (int pass = 0; pass < 2; ++pass)
     for (int i = 0; i < n; ++i) {
       const Perf& p = perf[i];
       if (p.status != CUDNN_STATUS_SUCCESS || p.memory > limit) continue;
       if (pass == 0 && p.determinism != CUDNN_DETERMINISTIC) continue;
-      *workspace = p.memory;
+      if (fma_only && p.mathType != CUDNN_FMA_MATH) continue;
+      plan.workspace = p.memory;
+      plan.math = p.mathType;
       return static_cast<int>(p.algo);
     }
   return -1;
@@ -175,6 +181,7 @@ Plan make_plan(const ConvKey& k, const char* what, const void* a, const void* b,
   // unless a CUDA graph is being captured: timing synchronizes, so that plan takes the
   // heuristic's order.
   const bool timed = !stream_capturing(k.device);
+  const bool fma_only = k.dtype == kFloat32 && !k.tf32;
   void* ws = cublas_workspace(k.device).ptr;
   if (k.dir == Direction::Forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kAsk];
@@ -187,7 +194,7 @@ Plan make_plan(const ConvKey& k, const char* what, const void* a, const void* b,
                                                                &got, perf),
                         what);
     }
-    p.algo = pick(perf, got, limit, &p.workspace);
+    p.algo = pick(perf, got, limit, fma_only, p);
   } else if (k.dir == Direction::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kAsk];
     if (timed) {
@@ -200,7 +207,7 @@ Plan make_plan(const ConvKey& k, const char* what, const void* a, const void* b,
                                                                     kAsk, &got, perf),
                         what);
     }
-    p.algo = pick(perf, got, limit, &p.workspace);
+    p.algo = pick(perf, got, limit, fma_only, p);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kAsk];
     if (timed) {
@@ -213,12 +220,13 @@ Plan make_plan(const ConvKey& k, const char* what, const void* a, const void* b,
                                                                       kAsk, &got, perf),
                         what);
     }
-    p.algo = pick(perf, got, limit, &p.workspace);
+    p.algo = pick(perf, got, limit, fma_only, p);
   }
   EMBER_CHECK(p.algo >= 0, what, ": cuDNN has no algorithm for input [", k.x[0], ", ", k.x[1],
               ", ", k.x[2], ", ", k.x[3], "] and weight [", k.w[0], ", ", k.w[1], ", ", k.w[2],
               ", ", k.w[3], "] ", dtype_name(k.dtype), " within ", limit >> 20,
               " MiB of workspace");
+  EMBER_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, p.math), what);
   return p;
 }
 
