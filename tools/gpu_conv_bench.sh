@@ -33,3 +33,13 @@ if [ -n "${KERNELS:-}" ]; then
     --batches "${KERNEL_BATCH:-64}" ${KERNEL_ARGS:-} >/tmp/k.csv 2>&1
   python3 tools/ncu_table.py /tmp/k.csv | tee "$out/kernels.txt" | head -${KERNEL_LINES:-50}
 fi
+if [ -n "${AMP_ROWS:-}" ]; then  # the bf16 MLP rows of both sides, e.g. AMP_ROWS=8192
+  timeout 100 $B/bench/ember_bench run --no-first-step --no-kernel-count --repeats 5 --steps 50 \
+    --workloads mlp,deep_mlp --modes reduce-overhead --batches "$AMP_ROWS" --amp bf16 \
+    >/tmp/ember_amp.txt 2>&1
+  tail -4 /tmp/ember_amp.txt
+  timeout 120 python3 bench/torch_mlp.py --no-first-step --no-kernel-count --repeats 5 --steps 50 \
+    --workloads mlp,deep_mlp --modes eager,cuda-graph --batches "$AMP_ROWS" --amp bf16 \
+    >/tmp/torch_amp.txt 2>&1
+  tail -6 /tmp/torch_amp.txt
+fi
