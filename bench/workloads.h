@@ -28,7 +28,7 @@ struct Workload {
   // `input` (one sample, [C, H, W]); `layers` is then their classifier's feature sizes, the
   // flattened features first.
   std::string arch = "mlp";
-  std::vector<int64_t> input;  // mlp: {layers[0]}
+  std::vector<int64_t> input{};  // mlp: unused (the sample is {layers[0]})
 };
 
 // What the floor counts for a workload, per sample: the multiply-adds of each GEMM-like layer
