@@ -273,10 +273,8 @@ void small_gemm(const GemmCall& c) {
   EMBER_CHECK(c.epilogue == GemmEpilogue::None || c.epilogue == GemmEpilogue::Bias ||
                   c.epilogue == GemmEpilogue::ReluBias,
               "small_gemm: epilogue ", epi, " is not supported (only DEFAULT, BIAS, RELU_BIAS)");
-  EMBER_CHECK(c.dtype == kFloat32 || c.dtype == kFloat64 || c.dtype == kBFloat16 ||
-                  c.dtype == kFloat16,
-              "small_gemm ", epi, ": float32, float64, bfloat16 and float16 only, got ",
-              dtype_name(c.dtype));
+  EMBER_CHECK(c.dtype == kFloat32 || c.dtype == kFloat64, "small_gemm ", epi,
+              ": float32 and float64 only, got ", dtype_name(c.dtype));
   EMBER_CHECK(c.a.rows >= 0 && c.a.cols >= 0 && c.b.cols >= 0 && c.a.cols == c.b.rows,
               "small_gemm ", epi, ": operands [", c.a.rows, ",", c.a.cols, "] x [", c.b.rows, ",",
               c.b.cols, "] do not multiply");
@@ -298,12 +296,8 @@ void small_gemm(const GemmCall& c) {
   DeviceGuard guard(c.device);
   if (c.dtype == kFloat32) {
     launch<float>(c, kind);
-  } else if (c.dtype == kFloat64) {
-    launch<double>(c, kind);
-  } else if (c.dtype == kBFloat16) {
-    launch<__nv_bfloat16>(c, kind);
   } else {
-    launch<__half>(c, kind);
+    launch<double>(c, kind);
   }
 }
 

@@ -1,7 +1,6 @@
 #pragma once
 // Device templates of the small GEMMs (kernels/cuda/small_gemm.h), T = float or double,
-// accumulated in T, and (the generic SmallK / SmallN kernels) __half and __nv_bfloat16,
-// accumulated in float and rounded once. D[i, j] = epilogue(sum_k A[i, k] B[k, j]) with every operand element read
+// accumulated in T. D[i, j] = epilogue(sum_k A[i, k] B[k, j]) with every operand element read
 // through its strides. The order of the sum depends on the shapes only (never on the launch
 // shape or timing), so a call repeats its bits and the eager and lowered paths agree:
 //  - SmallK (K <= 16): one thread per output, acc = fma(A[i,k], B[k,j], acc) for k = 0..K-1.
@@ -11,9 +10,6 @@
 //    commutative), so every lane ends with the same bits and the lane that writes D[i, n] is
 //    immaterial.
 // Reference: D = A B in float64 on the host (tests/kernels/test_small_gemm.cpp).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 namespace ember::kernels::cuda::dev {
@@ -34,23 +30,6 @@ struct SmallGemmArgs {
   bool relu;
 };
 
-// What a kernel sums in: float32 for float32 and the 16-bit types (each product and sum in float,
-// the result rounded once to the storage type), float64 for float64.
-template <class T>
-struct AccOf {
-  using type = T;
-};
-template <>
-struct AccOf<__half> {
-  using type = float;
-};
-template <>
-struct AccOf<__nv_bfloat16> {
-  using type = float;
-};
-template <class T>
-using Acc = typename AccOf<T>::type;
-
 __device__ __forceinline__ float fma_t(float x, float y, float acc) { return fmaf(x, y, acc); }
 __device__ __forceinline__ double fma_t(double x, double y, double acc) { return fma(x, y, acc); }
 // Round-to-nearest adds the compiler may not contract into an FMA with a product before them.
@@ -58,11 +37,11 @@ __device__ __forceinline__ float add_rn(float x, float y) { return __fadd_rn(x, 
 __device__ __forceinline__ double add_rn(double x, double y) { return __dadd_rn(x, y); }
 
 // The eager add then relu (kernels/pointwise_functors.h): NaN passes, -0 and negatives give +0.
-template <class A, class T>
-__device__ __forceinline__ A small_gemm_epilogue(A v, const T* __restrict__ bias, int64_t j,
+template <class T>
+__device__ __forceinline__ T small_gemm_epilogue(T v, const T* __restrict__ bias, int64_t j,
                                                  bool relu) {
-  if (bias) v = add_rn(v, static_cast<A>(bias[j]));
-  if (relu && !(v > A(0) || v != v)) v = A(0);
+  if (bias) v = add_rn(v, bias[j]);
+  if (relu && !(v > T(0) || v != v)) v = T(0);
   return v;
 }
 
@@ -81,12 +60,10 @@ __global__ void small_k_gemm_kernel(SmallGemmArgs<T> p) {
     const Index i = idx / n, j = idx - i * n;
     const T* __restrict__ ar = p.a + static_cast<int64_t>(i) * p.a_rs;
     const T* __restrict__ bc = p.b + static_cast<int64_t>(j) * p.b_cs;
-    Acc<T> acc = Acc<T>(0);
+    T acc = T(0);
 #pragma unroll
-    for (int k = 0; k < kK; ++k)
-      acc = fma_t(static_cast<Acc<T>>(ar[k * p.a_cs]), static_cast<Acc<T>>(bc[k * p.b_rs]), acc);
-    p.d[static_cast<int64_t>(i) * p.ld_d + j] =
-        static_cast<T>(small_gemm_epilogue(acc, p.bias, j, p.relu));
+    for (int k = 0; k < kK; ++k) acc = fma_t(ar[k * p.a_cs], bc[k * p.b_rs], acc);
+    p.d[static_cast<int64_t>(i) * p.ld_d + j] = small_gemm_epilogue(acc, p.bias, j, p.relu);
   }
 }
 
@@ -130,9 +107,9 @@ __global__ void small_k_gemm_vec4_kernel(SmallGemmArgs<float> p) {
 // the row's k split into quads 4q..4q+3; lane l folds the quads q = l, l + 32, ... in turn, each
 // quad's four products in k order, into accumulator c; then a xor butterfly over the warp adds
 // the 32 lane sums (every lane ends with the same bits: addition is commutative).
-template <class T, int kN, class A>
+template <class T, int kN>
 __device__ __forceinline__ void small_n_finish(const SmallGemmArgs<T>& p, int64_t i, int lane,
-                                               A (&acc)[kN]) {
+                                               T (&acc)[kN]) {
 #pragma unroll
   for (int c = 0; c < kN; ++c) {
 #pragma unroll
@@ -142,7 +119,7 @@ __device__ __forceinline__ void small_n_finish(const SmallGemmArgs<T>& p, int64_
   // Lane c writes column c (a static register index per unrolled step: no local memory).
 #pragma unroll
   for (int c = 0; c < kN; ++c)
-    if (lane == c) p.d[i * p.ld_d + c] = static_cast<T>(small_gemm_epilogue(acc[c], p.bias, c, p.relu));
+    if (lane == c) p.d[i * p.ld_d + c] = small_gemm_epilogue(acc[c], p.bias, c, p.relu);
 }
 
 // Any strides.
@@ -153,28 +130,27 @@ __global__ void __launch_bounds__(32 * kSmallNWarps) small_n_gemm_kernel(SmallGe
   const int64_t full = p.k / 4, rest = p.k % 4;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kSmallNWarps + (threadIdx.x >> 5); i < p.m;
        i += warps) {
-    using A = Acc<T>;
-    A acc[kN];
+    T acc[kN];
 #pragma unroll
-    for (int c = 0; c < kN; ++c) acc[c] = A(0);
+    for (int c = 0; c < kN; ++c) acc[c] = T(0);
     const T* __restrict__ ar = p.a + i * p.a_rs;
 #pragma unroll 2
     for (int64_t q = lane; q < full; q += 32) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int64_t k = 4 * q + r;
-        const A x = static_cast<A>(ar[k * p.a_cs]);
+        const T x = ar[k * p.a_cs];
         const T* __restrict__ bk = p.b + k * p.b_rs;
 #pragma unroll
-        for (int c = 0; c < kN; ++c) acc[c] = fma_t(x, static_cast<A>(bk[c * p.b_cs]), acc[c]);
+        for (int c = 0; c < kN; ++c) acc[c] = fma_t(x, bk[c * p.b_cs], acc[c]);
       }
     }
     if (rest != 0 && lane == static_cast<int>(full % 32)) {  // the last, partial quad
       for (int64_t k = 4 * full; k < p.k; ++k) {
-        const A x = static_cast<A>(ar[k * p.a_cs]);
+        const T x = ar[k * p.a_cs];
         const T* __restrict__ bk = p.b + k * p.b_rs;
 #pragma unroll
-        for (int c = 0; c < kN; ++c) acc[c] = fma_t(x, static_cast<A>(bk[c * p.b_cs]), acc[c]);
+        for (int c = 0; c < kN; ++c) acc[c] = fma_t(x, bk[c * p.b_cs], acc[c]);
       }
     }
     small_n_finish(p, i, lane, acc);

@@ -30,8 +30,7 @@ inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 1
 //  - Tiled: float32, M N K <= 2^25, M and N <= 2^20, each operand with a unit stride: tiles of
 //    D in shared memory, k split over a thread-block cluster when the tiles are too few
 //    (kernels/cuda/tile_gemm.cuh).
-// SmallK and SmallN take float32, float64 and (summing in float32, rounding once) bfloat16 and
-// float16, where cuBLASLt's tensor-core tiles are mostly padding. SmallK wins when both apply, then SmallN. Cheap:
+// SmallK and SmallN take float32 and float64. SmallK wins when both apply, then SmallN. Cheap:
 // no allocation, no CUDA call.
 //  - Thin: float32 with M <= 16 where Tiled does not apply (more multiply-adds), B's rows
 //    contiguous (b.col_stride == 1) and N and B's row stride multiples of 4, M N <= 2^18: k cut
@@ -43,8 +42,7 @@ inline constexpr int64_t kThinGemmMaxM = 16;
 inline constexpr int64_t kThinGemmMaxMN = int64_t{1} << 18;
 
 inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const GemmMatrix& b) {
-  if (dtype != kFloat32 && dtype != kFloat64 && dtype != kBFloat16 && dtype != kFloat16)
-    return SmallGemmKind::None;
+  if (dtype != kFloat32 && dtype != kFloat64) return SmallGemmKind::None;
   const int64_t M = a.rows, K = a.cols, N = b.cols;
   if (K <= kSmallGemmMaxK) return SmallGemmKind::SmallK;
   if (N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && (a.col_stride == 1 || K == 1))
