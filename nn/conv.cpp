@@ -197,7 +197,9 @@ struct PoolPlan {
   int64_t ph, pw;
 };
 
-PoolPlan pool_plan(const Tensor& x, const PoolArgs& a, const char* who, bool dilated) {
+// gathered: also the window list gather_windows reads (avg_pool2d; max_pool2d has a kernel).
+PoolPlan pool_plan(const Tensor& x, const PoolArgs& a, const char* who, bool dilated,
+                   bool gathered) {
   check_input(x, who);
   const auto [kh, kw] = pair_of(a.kernel_size, who, "kernel_size");
   const auto [sh, sw] = a.stride.empty() ? std::pair{kh, kw} : pair_of(a.stride, who, "stride");
@@ -215,7 +217,7 @@ PoolPlan pool_plan(const Tensor& x, const PoolArgs& a, const char* who, bool dil
   PoolPlan p;
   p.s = {kh, kw, sh, sw, dh, dw, ph, pw, out_size(H, kh, sh, dh, 2 * ph, ph, a.ceil_mode),
          out_size(W, kw, sw, dw, 2 * pw, pw, a.ceil_mode)};
-  p.win = sliding(p.s, H, W);
+  if (gathered) p.win = sliding(p.s, H, W);
   p.ph = ph;
   p.pw = pw;
   return p;
@@ -225,7 +227,7 @@ PoolPlan pool_plan(const Tensor& x, const PoolArgs& a, const char* who, bool dil
 
 Tensor max_pool2d(const Tensor& x_in, const PoolArgs& a) {
   const Tensor& x = x_in;
-  const PoolPlan p = pool_plan(x, a, "max_pool2d", true);
+  const PoolPlan p = pool_plan(x, a, "max_pool2d", true, false);
   Attrs pa;
   pa.window = {p.s.kh, p.s.kw};
   pa.conv_stride = {p.s.sh, p.s.sw};
@@ -236,7 +238,7 @@ Tensor max_pool2d(const Tensor& x_in, const PoolArgs& a) {
 }
 
 Tensor avg_pool2d(const Tensor& x, const PoolArgs& a) {
-  const PoolPlan p = pool_plan(x, a, "avg_pool2d", false);
+  const PoolPlan p = pool_plan(x, a, "avg_pool2d", false, true);
   const int64_t H = x.size(2), W = x.size(3), L = p.win.oh * p.win.ow;
   // PyTorch's divisor: the window clipped to the padded input (count_include_pad) or to the
   // input itself.
