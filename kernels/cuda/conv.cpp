@@ -33,7 +33,11 @@
 namespace ember {
 
 namespace cuda {
-bool has_cudnn() { return EMBER_HAVE_CUDNN + 0 != 0; }
+#if EMBER_HAVE_CUDNN
+bool has_cudnn() { return true; }
+#else
+bool has_cudnn() { return false; }
+#endif
 }  // namespace cuda
 
 namespace kernels::cuda {
