@@ -148,6 +148,7 @@ constexpr int64_t kRowSlab = 8;                       // weight rows per paralle
 template <class T>
 void backward_weight(const T* gy, const T* x, T* dw, const Geometry& g) {
   std::fill(dw, dw + g.OC * g.K, T(0));
+  if (g.N == 0) return;  // an empty batch: a zero gradient
   const int64_t per_sample = g.direct() ? 0 : g.G * g.K * g.L;
   const int64_t chunk =
       per_sample == 0 ? g.N : std::clamp<int64_t>(kChunkElements / per_sample, 1, g.N);

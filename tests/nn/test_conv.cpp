@@ -233,6 +233,26 @@ TEST_CASE("conv and pooling: bad shapes are errors naming the layer and the shap
   CHECK_THROWS_WITH(nn::Conv2d(nn::ConvOptions(4, 6, {3}).groups(4)), Contains("divisible by groups 4"));
 }
 
+TEST_CASE("conv2d and max_pool2d on an empty batch: empty outputs, zero parameter gradients",
+          "[nn][conv]") {
+  auto check_on = [](Device dev) {
+    INFO(dev.str());
+    const Tensor x = zeros({0, 2, 5, 5}, TensorOptions(kFloat32).device(dev)).requires_grad_();
+    const Tensor w = ones({3, 2, 3, 3}, TensorOptions(kFloat32).device(dev)).requires_grad_();
+    const Tensor b = ones({3}, TensorOptions(kFloat32).device(dev)).requires_grad_();
+    F::ConvArgs a;
+    a.padding = {1};
+    const Tensor y = F::max_pool2d(F::conv2d(x, w, b, a), {{2}});
+    CHECK(y.sizes() == Shape{0, 3, 2, 2});
+    sum(y).backward();
+    CHECK(x.grad().sizes() == Shape{0, 2, 5, 5});
+    CHECK(test::read(w.grad()) == std::vector<double>(54, 0.0));
+    CHECK(test::read(b.grad()) == std::vector<double>(3, 0.0));
+  };
+  check_on(Device::cpu());
+  if (cuda::is_available()) check_on(Device::cuda(0));
+}
+
 TEST_CASE("Conv2d and Conv1d: PyTorch's names, shapes and init bounds", "[nn][conv]") {
   nn::Conv2d conv(nn::ConvOptions(4, 6, {3, 2}).groups(2));
   const auto named = conv->named_parameters();
