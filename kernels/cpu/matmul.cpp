@@ -91,17 +91,19 @@ constexpr int64_t kParallelGemmMacs = int64_t{1} << 19;
 constexpr int64_t kSlab = 16;  // slab edge: a multiple of the BLAS kernels' register tiles
 constexpr int64_t kMaxSlabs = 8;
 
+// c = op(a) op(b), or c += op(a) op(b) when accumulate.
 template <class T>
 void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-               const T* b, int64_t ldb, T* c, int64_t ldc) {
+               const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate = false) {
   const auto tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
   const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  const T beta = accumulate ? T(1) : T(0);
   if constexpr (std::is_same_v<T, float>) {
     cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, 1.0f, a, static_cast<int>(lda), b,
-                static_cast<int>(ldb), 0.0f, c, static_cast<int>(ldc));
+                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
   } else {
     cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, 1.0, a, static_cast<int>(lda), b,
-                static_cast<int>(ldb), 0.0, c, static_cast<int>(ldc));
+                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
   }
 }
 
@@ -251,16 +253,7 @@ void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, 
 #if EMBER_HAVE_OPENBLAS
   if (fits_blas(m, n, k, std::max(lda, ldc), ldb)) {
     make_blas_serial();
-    const auto tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
-    const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-    const auto LA = static_cast<int>(lda), LB = static_cast<int>(ldb), LC = static_cast<int>(ldc);
-    if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, 1.0f, a, LA, b, LB, accumulate ? 1.0f : 0.0f, c,
-                  LC);
-    } else {
-      cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, 1.0, a, LA, b, LB, accumulate ? 1.0 : 0.0, c, LC);
-    }
-    return;
+    return blas_call(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
   }
 #endif
   using Stride = Eigen::OuterStride<>;
