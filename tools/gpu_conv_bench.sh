@@ -43,3 +43,18 @@ if [ -n "${AMP_ROWS:-}" ]; then  # the bf16 MLP rows of both sides, e.g. AMP_ROW
     >/tmp/torch_amp.txt 2>&1
   tail -6 /tmp/torch_amp.txt
 fi
+if [ -n "${AUTOTUNE_LOG:-}" ]; then  # cuDNN's candidates per problem, e.g. AUTOTUNE_LOG=cnn:64,resnet:128
+  for wb in ${AUTOTUNE_LOG//,/ }; do
+    EMBER_LOGS=autotune timeout 60 $B/bench/ember_bench run --no-first-step --no-kernel-count \
+      --repeats 1 --steps 2 --modes default --workloads "${wb%%:*}" --batches "${wb##*:}" \
+      >"$out/autotune_${wb%%:*}.txt" 2>&1
+  done
+  grep -c "cuDNN" "$out"/autotune_*.txt
+fi
+if [ -n "${TORCH_KERNELS:-}" ]; then  # ncu times of PyTorch's eager step, e.g. TORCH_KERNELS=cnn
+  timeout 150 ncu --clock-control none --cache-control none --launch-skip 300 --launch-count 40 \
+    --metrics gpu__time_duration.sum --csv python3 bench/torch_mlp.py --no-first-step \
+    --no-kernel-count --repeats 1 --steps 5 --warmup 3 --modes eager --workloads "$TORCH_KERNELS" \
+    --batches "${KERNEL_BATCH:-64}" >/tmp/tk.csv 2>&1
+  python3 tools/ncu_table.py /tmp/tk.csv | tee "$out/torch_kernels.txt" | head -${KERNEL_LINES:-50}
+fi

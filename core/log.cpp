@@ -1,11 +1,11 @@
-#include "jit/log.h"
+#include "core/log.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-namespace ember::jit {
+namespace ember {
 namespace {
 
 const char* name_of(Log l) {
@@ -72,4 +72,4 @@ void log_write(Log which, std::string_view msg) {
 unsigned set_log_mask(unsigned mask) { return g_mask.exchange(mask); }
 void set_log_sink(LogSink sink) { g_sink.store(sink); }
 
-}  // namespace ember::jit
+}  // namespace ember
