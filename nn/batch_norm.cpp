@@ -30,41 +30,49 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   EMBER_CHECK(eps >= 0 && momentum >= 0 && momentum <= 1, who, ": eps ", eps, " and momentum ",
               momentum, " must be non-negative (momentum at most 1)");
   const bool low = x_in.dtype() == kFloat16 || x_in.dtype() == kBFloat16;
-  const Tensor x = low ? x_in.to(kFloat32) : x_in;
-  Dims dims = {0};
-  int64_t n = x.size(0);
-  for (int d = 2; d < x.dim(); ++d) {
-    dims.push_back(d);
-    n *= x.size(d);
-  }
+  const Tensor x = low ? x_in.to(kFloat32) : x_in;  // the JIT fuses the cast into its reader
   Shape bshape;
   for (int d = 0; d < x.dim(); ++d) bshape.push_back(d == 1 ? C : 1);
   auto per_channel = [&](const Tensor& t) { return t.to(x.dtype()).view(bshape); };
-  Tensor mean, var;
+  Tensor y;
   const bool batch_stats = training || !running_mean.defined();
   if (batch_stats) {
+    Dims dims = {0};
+    for (int d = 2; d < x.dim(); ++d) dims.push_back(d);
+    const int64_t n = C == 0 ? 0 : x.numel() / C;
     EMBER_CHECK(!training || n > 1, who, ": training needs more than one value per channel, got input ",
                 x_in.sizes());
-    mean = ember::mean(x, dims, true);
-    const Tensor centered = sub(x, mean);
-    var = ember::mean(mul(centered, centered), dims, true);  // biased, for normalising
+    // Gradients take the short way. The variance is of x - mean with the mean held constant: its
+    // derivative through the mean is zero (the deviations sum to zero), which autograd would
+    // otherwise compute as a reduction over x. The mean's gradient goes through the per-channel
+    // shift, whose value is the bias (mean.detach() - mean is zero) and whose gradient reaches the
+    // mean as -scale * sum(dy); as (x - mean) * scale + bias autograd would form it from
+    // sum(dy * scale), another reduction over x. So the backward reduces x-sized tensors twice,
+    // sum(dy) and sum(dy * (x - mean)).
+    const Tensor mean = ember::mean(x, dims, true), fixed_mean = mean.detach();
+    const Tensor centered = sub(x, fixed_mean);
+    const Tensor var = ember::mean(mul(centered, centered), dims, true);  // biased, for normalising
     if (training && running_mean.defined()) {
       NoGradGuard no_grad;
-      const Tensor m = mean.detach().view({C}), v = var.detach().view({C});
+      // Updated through [1, C, 1, ...] views of the buffers (the writes land in them), the
+      // statistics' own shape, so each update is one pointwise chain.
       const double unbias = n > 1 ? static_cast<double>(n) / static_cast<double>(n - 1) : 1.0;
-      Tensor rm = running_mean, rv = running_var;  // handles: the writes land in the buffers
-      rm.copy_(
-          add(mul(running_mean, 1 - momentum), mul(m.to(running_mean.dtype()), momentum)));
-      rv.copy_(add(mul(running_var, 1 - momentum),
-                            mul(v.to(running_var.dtype()), momentum * unbias)));
+      Tensor rm = running_mean.view(bshape), rv = running_var.view(bshape);
+      rm.copy_(add(mul(rm, 1 - momentum), mul(fixed_mean.to(rm.dtype()), momentum)));
+      rv.copy_(add(mul(rv, 1 - momentum),
+                   mul(var.detach().to(rv.dtype()), momentum * unbias)));
     }
+    Tensor scale = rsqrt(add(var, eps));
+    if (weight.defined()) scale = mul(scale, per_channel(weight));
+    Tensor shift = mul(sub(fixed_mean, mean), scale);
+    if (bias.defined()) shift = add(shift, per_channel(bias));
+    y = add(mul(centered, scale), shift);
   } else {
-    mean = per_channel(running_mean);
-    var = per_channel(running_var);
+    Tensor scale = rsqrt(add(running_var.to(x.dtype()), eps));
+    if (weight.defined()) scale = mul(scale, weight.to(x.dtype()));
+    y = mul(sub(x, per_channel(running_mean)), per_channel(scale));
+    if (bias.defined()) y = add(y, per_channel(bias));
   }
-  Tensor y = mul(sub(x, mean), rsqrt(add(var, eps)));
-  if (weight.defined()) y = mul(y, per_channel(weight));
-  if (bias.defined()) y = add(y, per_channel(bias));
   return low ? y.to(x_in.dtype()) : y;
 }
 

@@ -162,9 +162,49 @@ void Fuser::place_pointwise(int32_t i) {
   for (int32_t ci : options)
     if (can_add(ci, i)) {
       add(ci, i);
+      // The other pointwise chains this node joins up (a per-channel scale and shift computed
+      // apart, then combined) come along: one kernel instead of one per chain.
+      for (int32_t cj : options)
+        if (cj != ci && cands_[ci].kind == GroupKind::Pointwise &&
+            cands_[cj].kind == GroupKind::Pointwise && !cands_[cj].nodes.empty() &&
+            can_merge(ci, cj))
+          merge(ci, cj);
       return;
     }
   open(GroupKind::Pointwise, i);
+}
+
+// Whether candidate `cj` (whose members all precede the last member of `ci`) may join `ci`: the
+// merged group runs at ci's last member, so no non-member between the first member of either and
+// that position may write memory a member reads or produces, or read a member's output.
+// Conservative: every such node is checked against every member.
+bool Fuser::can_merge(int32_t ci, int32_t cj) const {
+  const Candidate &a = cands_[ci], &b = cands_[cj];
+  if (b.closed || b.shape != a.shape || b.device != a.device) return false;
+  std::vector<ValueId> reads, outs;
+  for (const Candidate* c : {&a, &b})
+    for (int32_t m : c->nodes) {
+      outs.push_back(g_.nodes[m].out);
+      for (ValueId in : g_.nodes[m].inputs) reads.push_back(g_.values[in].root);
+    }
+  const int32_t f = std::min(a.nodes.front(), b.nodes.front()), l = a.nodes.back();
+  if (b.nodes.back() > l) return false;
+  for (int32_t k = f + 1; k < l; ++k) {
+    if (member_[k] == ci || member_[k] == cj) continue;
+    for (ValueId r : writes_[k])
+      if (contains(reads, r) || contains(outs, r)) return false;
+    for (ValueId in : g_.nodes[k].inputs)
+      if (contains(outs, g_.values[in].root)) return false;
+  }
+  return true;
+}
+
+void Fuser::merge(int32_t ci, int32_t cj) {
+  Candidate &a = cands_[ci], &b = cands_[cj];
+  for (int32_t m : b.nodes) member_[m] = ci;
+  a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
+  std::sort(a.nodes.begin(), a.nodes.end());
+  b.nodes.clear();
 }
 
 // A Linear over inputs of any rank traces as mm over the rows, then a view back to the leading

@@ -35,6 +35,8 @@ class Fuser {
   void add(int32_t ci, int32_t node);
   int32_t cand_of_value(ValueId v) const;
   bool can_add(int32_t ci, int32_t i) const;
+  bool can_merge(int32_t ci, int32_t cj) const;
+  void merge(int32_t ci, int32_t cj);
   bool fits(const Candidate& c, const Value& out) const;
   void place_view(int32_t i);
   void place_pointwise(int32_t i);

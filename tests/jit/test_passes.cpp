@@ -611,6 +611,39 @@ TEST_CASE("jit fuse refuses groups across interleaved writes and early readers",
   }
 }
 
+TEST_CASE("jit fuse joins the pointwise chains a node combines", "[jit]") {
+  SECTION("two chains and the node adding them: one group") {
+    Graph g;
+    const ValueId x = g.add_input(zeros({4, 8}), 0);
+    const ValueId y = g.add_input(zeros({4, 8}), 1);
+    const ValueId a = g.append(OpId::neg, {g.append(OpId::exp, {x})});
+    const ValueId b = g.append(OpId::tanh, {g.append(OpId::sigmoid, {y})});
+    const ValueId c = g.append(OpId::add, {a, b});
+    g.outputs = {c};
+    fuse(g);
+    REQUIRE(g.groups.size() == 1);
+    CHECK(group_ops(g, g.groups[0]) ==
+          std::vector<OpId>{OpId::exp, OpId::neg, OpId::sigmoid, OpId::tanh, OpId::add});
+    CHECK(g.groups[0].inputs == std::vector<ValueId>{x, y});
+    CHECK(g.groups[0].outputs == std::vector<ValueId>{c});
+  }
+  SECTION("a chain that must run before a write stays apart") {
+    Graph g;
+    const ValueId x = g.add_input(zeros({4, 8}), 0);
+    const ValueId y = g.add_input(zeros({4, 8}), 1);
+    const ValueId s = g.add_state(zeros({4, 8}));
+    const ValueId a = g.append(OpId::neg, {g.append(OpId::exp, {s})});
+    write_inplace(g, OpId::add, {s, x}, s);  // exp must read s before this
+    const ValueId b = g.append(OpId::tanh, {g.append(OpId::sigmoid, {y})});
+    const ValueId c = g.append(OpId::add, {a, b});
+    g.outputs = {c};
+    fuse(g);
+    REQUIRE(g.groups.size() == 2);
+    CHECK(group_ops(g, g.groups[0]) == std::vector<OpId>{OpId::exp, OpId::neg});
+    CHECK(group_ops(g, g.groups[1]) == std::vector<OpId>{OpId::sigmoid, OpId::tanh, OpId::add});
+  }
+}
+
 TEST_CASE("jit fuse keeps pointwise groups to one shape", "[jit]") {
   Graph g;
   const ValueId x = g.add_input(zeros({4, 1}), 0);
