@@ -19,6 +19,15 @@ void copy_host_to_device(void* dst, const void* src, size_t n, int device);
 void copy_device_to_host(void* dst, const void* src, size_t n, int device);
 void copy_device_to_device(void* dst, const void* src, size_t n, int device);
 
+// Page-locked host memory (the DataLoader's staging): a host-to-device copy from it is queued
+// and returns at once. The copy's event says when the device has read the source, which must
+// stay untouched until wait_copy() returns.
+void* alloc_pinned(size_t n);
+void free_pinned(void* p);
+struct CopyEvent;  // opaque
+CopyEvent* copy_pinned_to_device(void* dst, const void* src, size_t n, int device);
+void wait_copy(CopyEvent* e);  // blocks until the copy has read its source, then frees `e`
+
 struct AllocatorStats {
   int64_t allocated = 0;           // bytes in live blocks handed out
   int64_t reserved = 0;            // bytes obtained from cudaMalloc

@@ -1,6 +1,7 @@
 #include "data/dataloader.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -8,7 +9,9 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace ember::data {
 
@@ -16,15 +19,40 @@ namespace ember::data {
 // them ahead of the loop.
 struct DataLoader::Epoch {
   static constexpr size_t kAhead = 2;
+  // Staging buffers, used round robin: batch k in slot k % kSlots. The thread prepares batch k
+  // only once k < taken + kAhead, so the batch that used the slot before has been taken and its
+  // copies queued.
+  static constexpr size_t kSlots = kAhead + 1;
+  static constexpr size_t kAlign = 256;
+
+  // A batch: its tensors on the host, or (staged) their shapes and where their bytes lie in the
+  // slot's pinned buffer.
+  struct Prepared {
+    std::vector<Tensor> tensors;
+    struct Piece {
+      Shape shape;
+      DType dtype;
+      size_t offset, bytes;
+    };
+    std::vector<Piece> staged;
+    size_t slot = 0;
+  };
+  struct Slot {
+    void* host = nullptr;  // pinned
+    size_t capacity = 0;
+    std::vector<cuda::CopyEvent*> copies;  // queued reads of `host`, set by take()
+  };
 
   std::shared_ptr<const Dataset> dataset;
   std::vector<std::vector<int64_t>> batches;
   std::optional<Device> device;
   bool prefetch = false;
+  bool pin = false;
+  Slot slots[kSlots];
 
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::vector<Tensor>> ready;  // gathered, in order, not yet taken
+  std::deque<Prepared> ready;  // gathered, in order, not yet taken
   std::exception_ptr error;
   size_t taken = 0;
   bool stop = false;
@@ -37,11 +65,53 @@ struct DataLoader::Epoch {
     }
     cv.notify_all();
     if (worker.joinable()) worker.join();
+    for (Slot& sl : slots) {
+      for (cuda::CopyEvent* e : sl.copies) {
+        try {
+          cuda::wait_copy(e);
+        } catch (...) {  // a failed device: nothing left to protect
+        }
+      }
+      cuda::free_pinned(sl.host);
+    }
   }
 
-  std::vector<Tensor> gather(size_t k) const {
+  // Batch k from the dataset, staged in its slot when pinning.
+  Prepared prepare(size_t k) {
     NoGradGuard no_grad;
-    return dataset->get_batch(batches[k]);
+    Prepared p;
+    p.tensors = dataset->get_batch(batches[k]);
+    bool host = pin;
+    for (const Tensor& t : p.tensors) host = host && t.device().is_cpu();
+    if (!host) return p;
+    p.slot = k % kSlots;
+    Slot& sl = slots[p.slot];
+    std::vector<cuda::CopyEvent*> earlier;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      earlier.swap(sl.copies);
+    }
+    for (cuda::CopyEvent* e : earlier) cuda::wait_copy(e);  // the device has read the slot
+    size_t need = 0;
+    for (const Tensor& t : p.tensors)
+      need += (static_cast<size_t>(t.nbytes()) + kAlign - 1) / kAlign * kAlign;
+    if (need > sl.capacity) {
+      cuda::free_pinned(sl.host);
+      sl.host = nullptr;
+      sl.capacity = 0;
+      sl.host = cuda::alloc_pinned(need);
+      sl.capacity = need;
+    }
+    size_t at = 0;
+    for (const Tensor& t : p.tensors) {
+      const Tensor c = t.contiguous();
+      const size_t n = static_cast<size_t>(c.nbytes());
+      if (n) std::memcpy(static_cast<char*>(sl.host) + at, c.raw_data(), n);
+      p.staged.push_back({c.sizes(), c.dtype(), at, n});
+      at += (n + kAlign - 1) / kAlign * kAlign;
+    }
+    p.tensors.clear();
+    return p;
   }
 
   void start() {
@@ -53,9 +123,9 @@ struct DataLoader::Epoch {
           cv.wait(g, [&] { return stop || ready.size() < kAhead; });
           if (stop) return;
         }
-        std::vector<Tensor> b;
+        Prepared b;
         try {
-          b = gather(k);
+          b = prepare(k);
         } catch (...) {
           std::lock_guard<std::mutex> g(mu);
           error = std::current_exception();
@@ -71,9 +141,9 @@ struct DataLoader::Epoch {
 
   // Batch k (the next one in order), on the requested device.
   std::vector<Tensor> take(size_t k) {
-    std::vector<Tensor> b;
+    Prepared b;
     if (!prefetch) {
-      b = gather(k);
+      b = prepare(k);
     } else {
       std::unique_lock<std::mutex> g(mu);
       EMBER_CHECK(k == taken, "DataLoader: batches are taken in order");
@@ -84,10 +154,29 @@ struct DataLoader::Epoch {
       ++taken;
       cv.notify_all();
     }
+    if (!b.staged.empty()) {
+      std::vector<Tensor> out;
+      std::vector<cuda::CopyEvent*> copies;
+      const Slot& sl = slots[b.slot];
+      try {
+        for (const Prepared::Piece& piece : b.staged) {
+          out.push_back(make_empty(piece.shape, piece.dtype, *device));
+          copies.push_back(cuda::copy_pinned_to_device(
+              out.back().raw_data(), static_cast<const char*>(sl.host) + piece.offset,
+              piece.bytes, device->index));
+        }
+      } catch (...) {
+        for (cuda::CopyEvent* e : copies) cuda::wait_copy(e);
+        throw;
+      }
+      std::lock_guard<std::mutex> g(mu);
+      slots[b.slot].copies = std::move(copies);
+      return out;
+    }
     if (device)
-      for (Tensor& t : b)
+      for (Tensor& t : b.tensors)
         if (t.device() != *device) t = t.to(*device);
-    return b;
+    return b.tensors;
   }
 };
 
@@ -108,6 +197,7 @@ DataLoader::Iterator DataLoader::begin() {
   e->dataset = dataset_;
   e->device = options_.device;
   e->prefetch = options_.prefetch;
+  e->pin = options_.pin_memory && options_.device && options_.device->is_cuda();
   const int64_t n = dataset_->size();
   std::vector<int64_t> order;
   if (options_.shuffle) {

@@ -10,8 +10,11 @@
 // the generator (the default one unless given), so manual_seed fixes every epoch's order. The
 // last batch is short unless drop_last. With prefetch (the default) a background thread gathers
 // the next batches (up to two ahead) while the loop works on the current one; an error there
-// is rethrown by the loop's next step. The copy to `device` happens on the loop's thread, which
-// owns the device's stream and allocator.
+// is rethrown by the loop's next step. For a CUDA `device` with pin_memory (the default), the
+// thread also stages each batch in page-locked host memory, so the loop's copy to the device is
+// queued and returns at once (the device reads the staging buffer in stream order; the thread
+// reuses a buffer only after that read is done). The copy is issued on the loop's thread, which
+// owns the device's stream and allocator (and may be capturing a CUDA graph on it).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,6 +32,7 @@ struct DataLoaderOptions {
   bool drop_last = false;
   std::optional<Device> device{};  // where batches go; unset: where the dataset's tensors are
   bool prefetch = true;
+  bool pin_memory = true;  // stage batches for a CUDA device in page-locked memory
   Generator* generator = nullptr;  // the shuffle's; null: the default generator
 };
 

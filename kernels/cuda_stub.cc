@@ -25,6 +25,13 @@ void copy_device_to_host(void*, const void*, size_t, int) { no_cuda("cuda::copy_
 void copy_device_to_device(void*, const void*, size_t, int) {
   no_cuda("cuda::copy_device_to_device");
 }
+void* alloc_pinned(size_t) { no_cuda("cuda::alloc_pinned"); }
+void free_pinned(void*) {}
+struct CopyEvent {};
+CopyEvent* copy_pinned_to_device(void*, const void*, size_t, int) {
+  no_cuda("cuda::copy_pinned_to_device");
+}
+void wait_copy(CopyEvent* e) { delete e; }
 AllocatorStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
 void empty_cache() { no_cuda("cuda::empty_cache"); }

@@ -271,6 +271,49 @@ void copy_host_to_device(void* dst, const void* src, size_t n, int device) {
   }
 }
 
+void* alloc_pinned(size_t n) {
+  void* p = nullptr;
+  EMBER_CUDA_CHECK(cudaHostAlloc(&p, n == 0 ? 1 : n, cudaHostAllocPortable));
+  return p;
+}
+
+void free_pinned(void* p) {
+  if (p) (void)cudaFreeHost(p);  // never throws: called from destructors
+}
+
+struct CopyEvent {
+  cudaEvent_t event = nullptr;
+};
+
+CopyEvent* copy_pinned_to_device(void* dst, const void* src, size_t n, int device) {
+  kc::check_device(device, "cuda::copy_pinned_to_device");
+  kc::DeviceGuard g(device);
+  cudaStream_t s = kc::stream(device);
+  auto* e = new CopyEvent;
+  if (cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming) != cudaSuccess) {
+    delete e;
+    EMBER_CUDA_CHECK(cudaGetLastError());
+  }
+  if (n) {
+    const cudaError_t err = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s);
+    if (err != cudaSuccess) {
+      (void)cudaEventDestroy(e->event);
+      delete e;
+      EMBER_CUDA_CHECK(err);
+    }
+  }
+  EMBER_CUDA_CHECK(cudaEventRecord(e->event, s));
+  return e;
+}
+
+void wait_copy(CopyEvent* e) {
+  if (!e) return;
+  const cudaError_t err = cudaEventSynchronize(e->event);
+  (void)cudaEventDestroy(e->event);
+  delete e;
+  EMBER_CUDA_CHECK(err);
+}
+
 void copy_device_to_host(void* dst, const void* src, size_t n, int device) {
   kc::check_device(device, "cuda::copy_device_to_host");
   kc::DeviceGuard g(device);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -129,6 +130,46 @@ TEST_CASE("DataLoader: shuffle is a permutation per epoch, reproducible from the
   }
   CHECK(a[0] != a[1]);  // a new order each epoch
   CHECK(a[0] != all);
+}
+
+TEST_CASE("DataLoader: batches for a CUDA device, staged in pinned memory or not", "[data][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  auto ds = numbered(37);
+  auto epochs = [&](std::optional<Device> device, bool prefetch, bool pin) {
+    manual_seed(11);
+    data::DataLoader loader(ds, {.batch_size = 5,
+                                 .shuffle = true,
+                                 .device = device,
+                                 .prefetch = prefetch,
+                                 .pin_memory = pin});
+    std::vector<std::vector<int64_t>> all;
+    std::vector<std::vector<Tensor>> kept;  // held past later batches' staging
+    for (int e = 0; e < 3; ++e)
+      for (const std::vector<Tensor>& b : loader) {
+        for (const Tensor& t : b) CHECK(t.device() == (device ? *device : Device::cpu()));
+        kept.push_back(b);
+      }
+    for (const auto& b : kept) {
+      std::vector<int64_t> idx;
+      const std::vector<double> x = test::read(b[0]), y = test::read(b[1]);
+      REQUIRE(x.size() == 2 * y.size());
+      for (size_t k = 0; k < y.size(); ++k) {
+        const int64_t i = static_cast<int64_t>(x[2 * k]);
+        CHECK(x[2 * k + 1] == 10.0 * i);
+        CHECK(y[k] == static_cast<double>(i % 3));
+        idx.push_back(i);
+      }
+      all.push_back(idx);
+    }
+    return all;
+  };
+  const auto want = epochs(std::nullopt, false, false);
+  REQUIRE(want.size() == 24);  // 8 batches (the last of 2) per epoch
+  for (bool prefetch : {true, false})
+    for (bool pin : {true, false}) {
+      INFO("prefetch " << prefetch << ", pin_memory " << pin);
+      CHECK(epochs(Device::cuda(0), prefetch, pin) == want);
+    }
 }
 
 TEST_CASE("DataLoader: an error while gathering reaches the loop, and leaving early is fine",
