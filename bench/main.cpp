@@ -49,6 +49,7 @@ struct RunOptions {
   int warmup = 0, steps = 0, repeats = 0, loss_steps = 0;  // defaults per device
   uint64_t seed = 0;
   bool tf32 = false;
+  bool nondeterministic = false;
   std::string json_path;
   bool no_first_step = false;
   bool no_kernel_count = false;
@@ -205,6 +206,7 @@ int cmd_run(RunOptions o, const std::string& command) {
   std::vector<const Workload*> workloads;
   for (const Workload& w : selected) workloads.push_back(&w);
   set_allow_tf32(o.tf32);
+  set_deterministic_algorithms(!o.nondeterministic);
   if (o.threads > 0) set_num_threads(o.threads);
 
   Settings s;
@@ -233,6 +235,7 @@ int cmd_run(RunOptions o, const std::string& command) {
                 {"repeats", s.repeats},
                 {"seed", s.seed},
                 {"tf32", s.tf32},
+                {"deterministic", deterministic_algorithms()},
                 {"loss_steps", s.loss_steps},
                 {"threads", get_num_threads()}}},
               {"timing",
@@ -398,6 +401,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   run->add_option("--seed", ro.seed, "seed of the default generator")->capture_default_str();
   run->add_flag("--tf32", ro.tf32, "allow TF32 in float32 GEMMs on the GPU");
+  run->add_flag("--nondeterministic", ro.nondeterministic,
+                "allow convolution algorithms that sum in a varying order (PyTorch's default)");
   run->add_option("--optimizer", ro.optimizer,
                   "sgd (each workload's own) or adamw (AdamW, PyTorch's defaults) for every workload")
       ->check(CLI::IsMember({"sgd", "adamw"}))

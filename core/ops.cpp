@@ -1,7 +1,6 @@
 // Public ops: dtype promotion, dim normalisation and composites; primitives go to dispatch().
 #include "core/ops.h"
 
-
 #include <atomic>
 #include <cmath>
 
@@ -131,6 +130,7 @@ Tensor reduce(OpId op, const Tensor& a, const Dims& dims, bool keepdim) {
 }
 
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_deterministic{true};
 
 }  // namespace
 
@@ -282,6 +282,8 @@ Tensor logsumexp(const Tensor& a, const Dims& dims, bool keepdim) {
 
 void set_allow_tf32(bool on) { g_allow_tf32.store(on, std::memory_order_relaxed); }
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+void set_deterministic_algorithms(bool on) { g_deterministic.store(on, std::memory_order_relaxed); }
+bool deterministic_algorithms() { return g_deterministic.load(std::memory_order_relaxed); }
 void set_float32_matmul_precision(std::string_view precision) {
   EMBER_CHECK(precision == "highest" || precision == "high" || precision == "medium",
               "set_float32_matmul_precision: expected \"highest\", \"high\" or \"medium\", got \"",

@@ -113,6 +113,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});  
 // TF32 for float32 GEMMs on the GPU: off unless turned on (like torch.backends.cuda.matmul).
 void set_allow_tf32(bool on);
 bool allow_tf32();
+// Convolution algorithms whose sums run in a varying order (atomics: cuDNN's fastest weight
+// gradients of strided and 1x1 convolutions, often several times faster): off by default, so two
+// runs, and an eager and a compiled step, agree bit for bit. PyTorch allows them unless
+// torch.backends.cudnn.deterministic is set.
+void set_deterministic_algorithms(bool on);
+bool deterministic_algorithms();
 // PyTorch's torch.set_float32_matmul_precision: "highest" (float32 products, the default) or
 // "high" (TF32 tensor cores: set_allow_tf32(true)). "medium" asks PyTorch for bfloat16 products
 // where it can; Ember takes it as "high". Anything else is an ember::Error.

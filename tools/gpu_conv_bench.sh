@@ -4,16 +4,19 @@
 #   bash tools/gpu_conv_bench.sh            everything
 #   SKIP_TESTS=1 SKIP_TORCH=1 bash tools/gpu_conv_bench.sh
 #   KERNELS=cnn KERNEL_BATCH=64 bash tools/gpu_conv_bench.sh     also ncu times of one cnn step
+#   AUTOTUNE_LOG=cnn:64 PERF_LOG=cnn:64   cuDNN's candidates; device time of every step of a replay
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 B=${BUILD_DIR:-/tmp/build}
 export PYTHONPATH=$PWD/.device/deps/usr/lib/python3/dist-packages:${PYTHONPATH:-}
-OUT=/tmp/device-logs BUILD_ONLY=1 bash .device/run.sh >"$out/build.txt" 2>&1 ||
-  { tail -30 "$out/build.txt"; grep -E "error" /tmp/device-logs/build.log | head -30; exit 1; }
+OUT=/tmp/device-logs BUILD_ONLY=1 bash .device/run.sh >/tmp/build.txt 2>&1 ||
+  { tail -30 /tmp/build.txt; grep -E "error" /tmp/device-logs/build.log | head -30; exit 1; }
+echo "== built at ${SECONDS}s"
 if [ -z "${SKIP_TESTS:-}" ]; then
   ( cd "$B" && timeout 300 ctest -L cuda -j4 --timeout 150 --output-on-failure ) >"$out/ctest.txt" 2>&1
   grep -E "tests passed|tests failed|\(Failed\)|Timeout|SEGFAULT" "$out/ctest.txt" | head -20
 fi
+echo "== benchmarks from ${SECONDS}s"
 E="$B/bench/ember_bench run --no-first-step --repeats 5 --steps 50 --modes ${EMBER_MODES:-eager,default,reduce-overhead,max-autotune}"
 timeout 200 $E --workloads cnn --batches 64,256 --json "$out/ember_cnn.json" >/tmp/ember_cnn.txt 2>&1
 tail -8 /tmp/ember_cnn.txt
@@ -47,9 +50,16 @@ if [ -n "${AUTOTUNE_LOG:-}" ]; then  # cuDNN's candidates per problem, e.g. AUTO
   for wb in ${AUTOTUNE_LOG//,/ }; do
     EMBER_LOGS=autotune timeout 60 $B/bench/ember_bench run --no-first-step --no-kernel-count \
       --repeats 1 --steps 2 --modes default --workloads "${wb%%:*}" --batches "${wb##*:}" \
-      >"$out/autotune_${wb%%:*}.txt" 2>&1
+      >>"$out/autotune.txt" 2>&1
   done
-  grep -c "cuDNN" "$out"/autotune_*.txt
+  grep -c "cuDNN" "$out"/autotune.txt
+fi
+if [ -n "${PERF_LOG:-}" ]; then  # device time of every step of one replay, e.g. PERF_LOG=cnn:64
+  for wb in ${PERF_LOG//,/ }; do
+    EMBER_LOGS=perf timeout 60 $B/bench/ember_bench run --no-first-step --no-kernel-count \
+      --repeats 1 --steps 2 --modes default --workloads "${wb%%:*}" --batches "${wb##*:}" \
+      >>"$out/perf.txt" 2>&1
+  done
 fi
 if [ -n "${TORCH_KERNELS:-}" ]; then  # ncu times of PyTorch's eager step, e.g. TORCH_KERNELS=cnn
   timeout 150 ncu --clock-control none --cache-control none --launch-skip 300 --launch-count 40 \
@@ -58,3 +68,4 @@ if [ -n "${TORCH_KERNELS:-}" ]; then  # ncu times of PyTorch's eager step, e.g. 
     --batches "${KERNEL_BATCH:-64}" >/tmp/tk.csv 2>&1
   python3 tools/ncu_table.py /tmp/tk.csv | tee "$out/torch_kernels.txt" | head -${KERNEL_LINES:-50}
 fi
+echo "== done at ${SECONDS}s"
