@@ -36,6 +36,34 @@ struct LinearOptions {
   EMBER_ARG(bool, bias) = true;
 };
 
+// RNN, LSTM and GRU (nn/rnn.h), as torch.nn's; nonlinearity is RNN's alone ("tanh" or "relu").
+struct RNNOptions {
+  RNNOptions(int64_t input_size, int64_t hidden_size)
+      : input_size_(input_size), hidden_size_(hidden_size) {}
+  EMBER_ARG(int64_t, input_size);
+  EMBER_ARG(int64_t, hidden_size);
+  EMBER_ARG(int64_t, num_layers) = 1;
+  EMBER_ARG(bool, bias) = true;
+  EMBER_ARG(bool, batch_first) = false;
+  EMBER_ARG(double, dropout) = 0.0;  // between layers, in training
+  EMBER_ARG(bool, bidirectional) = false;
+  EMBER_ARG(std::string, nonlinearity) = "tanh";
+};
+using LSTMOptions = RNNOptions;
+using GRUOptions = RNNOptions;
+
+// RNNCell, LSTMCell and GRUCell (nn/rnn.h).
+struct RNNCellOptions {
+  RNNCellOptions(int64_t input_size, int64_t hidden_size)
+      : input_size_(input_size), hidden_size_(hidden_size) {}
+  EMBER_ARG(int64_t, input_size);
+  EMBER_ARG(int64_t, hidden_size);
+  EMBER_ARG(bool, bias) = true;
+  EMBER_ARG(std::string, nonlinearity) = "tanh";
+};
+using LSTMCellOptions = RNNCellOptions;
+using GRUCellOptions = RNNCellOptions;
+
 struct GELUOptions {
   // "none" (exact, with erf) or "tanh" (the tanh approximation), like PyTorch.
   EMBER_ARG(std::string, approximate) = "none";
