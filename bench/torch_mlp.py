@@ -172,6 +172,29 @@ def conv_costs(arch, inp, layers):
     return {"macs": macs, "activations": acts, "params": params}
 
 
+def rnn_costs(arch, inp, layers):
+    """bench/workloads.cpp's workload_cost for the recurrent workloads."""
+    t, feat, hid = inp[0], inp[1], layers[0]
+    g, nl = (4, 1) if arch == "lstm" else (3, 2)
+    macs, acts, params = [], 0, 0
+    for k in range(nl):
+        cin = feat if k == 0 else hid
+        macs += [t * g * hid * cin, t * g * hid * hid]
+        acts += t * (g * hid + (2 if g == 4 else 1) * hid)
+        params += g * hid * (cin + hid) + 2 * g * hid
+    for k in range(len(layers) - 1):
+        macs.append(layers[k] * layers[k + 1])
+        params += layers[k] * layers[k + 1] + layers[k + 1]
+        if k < len(layers) - 2:
+            acts += layers[k + 1]
+    return {"macs": macs, "activations": acts, "params": params}
+
+
+for _name in ("lstm", "gru2"):
+    WORKLOADS[_name] = {"layers": [256, 10], "activation": "relu", "loss": "cross_entropy",
+                        "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.0},
+                        "arch": _name, "input": [32, 64], **rnn_costs(_name, [32, 64], [256, 10])}
+
 for _name, _arch, _inp, _layers, _momentum in [("cnn", "cnn", [1, 28, 28], [12544, 128, 10], 0.0),
                                                ("resnet", "resnet", [3, 32, 32], [64, 10], 0.9)]:
     WORKLOADS[_name] = {"layers": _layers, "activation": "relu", "loss": "cross_entropy",
@@ -567,6 +590,18 @@ def make_grad_scaler(torch, device):
 def conv_layers(nn, spec):
     """The modules before a conv net's classifier (bench/workloads.h describes them)."""
     arch = spec.get("arch", "mlp")
+    if arch in ("lstm", "gru2"):
+        class LastStep(nn.Module):
+            def __init__(self):
+                super().__init__()
+                feat, hid = spec["input"][1], spec["layers"][0]
+                self.rnn = (nn.LSTM(feat, hid, batch_first=True) if arch == "lstm" else
+                            nn.GRU(feat, hid, num_layers=2, batch_first=True))
+
+            def forward(self, x):
+                return self.rnn(x)[0][:, -1]
+
+        return [LastStep()]
     if arch == "cnn":
         c = spec["input"][0]
         return [nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1),
@@ -1061,7 +1096,7 @@ def parse_args(argv=None):
                "64,1024,8192. CPU: 3, 10, 5, 20, 64,1024.")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--workloads", type=csv_list("workload", list(WORKLOADS)),
-                    default=["mlp", "deep_mlp"], help="default: mlp,deep_mlp (also: cnn, resnet)")
+                    default=["mlp", "deep_mlp"], help="default: mlp,deep_mlp (also: cnn, resnet, lstm, gru2)")
     ap.add_argument("--batches", type=csv_list("batch", convert=int), default=None)
     ap.add_argument("--modes", type=csv_list("mode", MODES), default=list(MODES),
                     help="default: " + ",".join(MODES))

@@ -44,6 +44,27 @@ class ResidualBlockImpl : public nn::Module {
 };
 EMBER_MODULE(ResidualBlock);
 
+// A recurrent layer over [B, T, features] (batch_first) whose last step's output goes on.
+class LastStepImpl : public nn::Module {
+ public:
+  LastStepImpl(const std::string& arch, int64_t features, int64_t hidden) {
+    if (arch == "lstm")
+      lstm = register_module("rnn", nn::LSTM(nn::LSTMOptions(features, hidden).batch_first(true)));
+    else
+      gru = register_module(
+          "rnn", nn::GRU(nn::GRUOptions(features, hidden).num_layers(2).batch_first(true)));
+  }
+  Tensor forward(const Tensor& x) {
+    const Tensor out = lstm ? std::get<0>(lstm->forward(x)) : std::get<0>(gru->forward(x));
+    return out.select(1, out.size(1) - 1);
+  }
+
+ private:
+  nn::LSTM lstm{nullptr};
+  nn::GRU gru{nullptr};
+};
+EMBER_MODULE(LastStep);
+
 // The resnet's blocks: (in, out, stride).
 constexpr int64_t kResnetBlocks[3][3] = {{16, 16, 1}, {16, 32, 2}, {32, 64, 2}};
 
@@ -76,6 +97,10 @@ const std::vector<Workload>& all_workloads() {
       conv_net("cnn", "cnn", {1, 28, 28}, {12544, 128, 10}, 0.0),
       // Conv-BN-ReLU with skip connections on 32x32 colour images, momentum SGD.
       conv_net("resnet", "resnet", {3, 32, 32}, {64, 10}, 0.9),
+      // Sequences of 32 steps of 64 features: an LSTM of 256, or two GRU layers of 256; the last
+      // step's output -> Linear 10.
+      conv_net("lstm", "lstm", {32, 64}, {256, 10}, 0.0),
+      conv_net("gru2", "gru2", {32, 64}, {256, 10}, 0.0),
   };
   return list;
 }
@@ -85,6 +110,23 @@ WorkloadCost workload_cost(const Workload& w) {
   c.classes = static_cast<double>(w.layers.back());
   if (w.arch == "mlp") {
     c.input = static_cast<double>(w.layers.front());
+    for (size_t i = 0; i + 1 < w.layers.size(); ++i)
+      add_linear(c, w.layers[i], w.layers[i + 1], i + 2 < w.layers.size());
+    return c;
+  }
+  if (w.arch == "lstm" || w.arch == "gru2") {
+    // Per layer: the input projection and the recurrent product of every step; the gates and
+    // the states (h, and c for the LSTM) of every step as activations.
+    const int64_t T = w.input[0], H = w.layers.front(), G = w.arch == "lstm" ? 4 : 3;
+    const int64_t L = w.arch == "lstm" ? 1 : 2;
+    c.input = static_cast<double>(T * w.input[1]);
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t in = l == 0 ? w.input[1] : H;
+      c.macs.push_back(static_cast<double>(T * G * H * in));
+      c.macs.push_back(static_cast<double>(T * G * H * H));
+      c.activations += static_cast<double>(T * (G * H + (G == 4 ? 2 : 1) * H));
+      c.params += static_cast<double>(G * H * (in + H) + 2 * G * H);
+    }
     for (size_t i = 0; i + 1 < w.layers.size(); ++i)
       add_linear(c, w.layers[i], w.layers[i + 1], i + 2 < w.layers.size());
     return c;
@@ -186,6 +228,8 @@ nn::Sequential build_model(const Workload& w) {
     act();
     seq->push_back(nn::MaxPool2d(2));
     seq->push_back(nn::Flatten());
+  } else if (w.arch == "lstm" || w.arch == "gru2") {
+    seq->push_back(LastStep(w.arch, w.input[1], w.layers.front()));
   } else if (w.arch == "resnet") {
     seq->push_back(nn::Conv2d(nn::ConvOptions(w.input[0], 16, {3}).padding({1}).bias(false)));
     seq->push_back(nn::BatchNorm2d(16));

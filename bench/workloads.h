@@ -26,7 +26,9 @@ struct Workload {
   std::string amp = "none";
   // "mlp": the Linear layers above. "cnn" and "resnet": convolutional nets on images of shape
   // `input` (one sample, [C, H, W]); `layers` is then their classifier's feature sizes, the
-  // flattened features first.
+  // flattened features first. "lstm" and "gru2": a recurrent layer (an LSTM, or two GRU layers)
+  // over sequences of shape `input` ([T, features]), its last step -> the Linear `layers` (the
+  // hidden size first).
   std::string arch = "mlp";
   std::vector<int64_t> input{};  // mlp: unused (the sample is {layers[0]})
 };

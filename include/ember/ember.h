@@ -19,6 +19,7 @@
 #include "nn/batch_norm.h"
 #include "nn/clip_grad.h"
 #include "nn/conv.h"
+#include "nn/rnn.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/flatten.h"
