@@ -1,6 +1,7 @@
 #pragma once
 // Embedding: a lookup table [num_embeddings, embedding_dim] indexed by integer tensors,
-// initialized N(0, 1) like PyTorch. Its gradient accumulates into the rows that were read.
+// initialized N(0, 1) like PyTorch. Its gradient accumulates into the rows that were read, except
+// the padding_idx row (zero at init), which never gets one.
 #include <ostream>
 
 #include "nn/holder.h"
@@ -21,6 +22,9 @@ class EmbeddingImpl : public Module {
 
   EmbeddingOptions options;
   Tensor weight;  // [num_embeddings, embedding_dim]
+
+ private:
+  int64_t padding_row_ = -1;  // padding_idx made non-negative; -1: none
 };
 EMBER_MODULE(Embedding);
 

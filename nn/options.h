@@ -3,6 +3,7 @@
 //   nn::CrossEntropyLossOptions().ignore_index(-100).label_smoothing(0.1)
 // Each field reads back through the same name without an argument: opts.label_smoothing().
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/shape.h"
@@ -92,6 +93,8 @@ struct EmbeddingOptions {
       : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}
   EMBER_ARG(int64_t, num_embeddings);
   EMBER_ARG(int64_t, embedding_dim);
+  // A row that is zero at init and never receives a gradient; negative counts from the end.
+  EMBER_ARG(std::optional<int64_t>, padding_idx) = std::nullopt;
 };
 
 struct CrossEntropyLossOptions {

@@ -1,6 +1,7 @@
 // Layers against float64 references written here, gradients against finite differences,
 // Linear's initialization statistics, Dropout's mask, and bad-input errors.
 #include <cmath>
+#include <sstream>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -332,6 +333,35 @@ TEST_CASE("Embedding picks rows and accumulates gradients into them", "[nn][laye
   CHECK_ERROR(emb(zeros({2})), Contains("Embedding") && Contains("float32") && Contains("[2]"));
   CHECK_ERROR(emb(i64({1, 6}, {2})), Contains("Embedding"));
   CHECK_ERROR(emb(i64({-1}, {1})), Contains("Embedding"));
+}
+
+TEST_CASE("Embedding padding_idx: a zero row at init that never receives a gradient",
+          "[nn][layers][embedding]") {
+  nn::Embedding emb(nn::EmbeddingOptions(5, 3).padding_idx(-1));  // row 4
+  emb->to(kFloat64);
+  CHECK(test::read(emb->weight.select(0, 4)) == Vec(3, 0.0));
+  CHECK(test::read(emb->weight.select(0, 1)) != Vec(3, 0.0));
+  {
+    NoGradGuard no_grad;  // as in PyTorch, the row is looked up as it is, whatever it holds
+    emb->weight.select(0, 4).fill_(2.0);
+  }
+  const Tensor indices = i64({4, 1, 4, 3}, {2, 2});
+  const Tensor y = emb(indices);
+  const Vec w = test::read(emb->weight);
+  Vec ref;
+  for (int64_t i : {4, 1, 4, 3})
+    for (int d = 0; d < 3; ++d) ref.push_back(w[i * 3 + d]);
+  CHECK(test::read(y) == ref);
+  y.sum().backward();
+  const Vec g = test::read(emb->weight.grad());
+  const double counts[5] = {0, 1, 0, 1, 0};  // row 4 was read twice, but gets nothing
+  for (int r = 0; r < 5; ++r)
+    for (int d = 0; d < 3; ++d) CHECK(g[r * 3 + d] == counts[r]);
+  std::ostringstream os;
+  os << *emb;
+  CHECK(os.str() == "Embedding(5, 3, padding_idx=4)");
+  CHECK_ERROR(nn::Embedding(nn::EmbeddingOptions(5, 3).padding_idx(5)),
+              Contains("Embedding: padding_idx must be in [-5, 5)") && Contains("got 5"));
 }
 
 TEST_CASE("Embedding's default init is N(0, 1)", "[nn][layers][embedding][init]") {
