@@ -139,6 +139,18 @@ WORKLOADS = {
 RESNET_BLOCKS = [(16, 16, 1), (16, 32, 2), (32, 64, 2)]
 
 
+def add_classifier(macs, acts, params, layers):
+    """The Linear layers of `layers` added to a net's counts (the floor's macs, activations,
+    params per sample)."""
+    macs = list(macs)
+    for k in range(len(layers) - 1):
+        macs.append(layers[k] * layers[k + 1])
+        params += layers[k] * layers[k + 1] + layers[k + 1]
+        if k < len(layers) - 2:
+            acts += layers[k + 1]
+    return {"macs": macs, "activations": acts, "params": params}
+
+
 def conv_costs(arch, inp, layers):
     macs, acts, params = [], 0, 0
     h, w = inp[1], inp[2]
@@ -164,12 +176,7 @@ def conv_costs(arch, inp, layers):
             if stride != 1 or cin != cout:
                 conv(cin, cout, 1, stride, 0, h, w, False, True)
             h, w = h1, w1
-    for k in range(len(layers) - 1):
-        macs.append(layers[k] * layers[k + 1])
-        params += layers[k] * layers[k + 1] + layers[k + 1]
-        if k < len(layers) - 2:
-            acts += layers[k + 1]
-    return {"macs": macs, "activations": acts, "params": params}
+    return add_classifier(macs, acts, params, layers)
 
 
 def rnn_costs(arch, inp, layers):
@@ -182,12 +189,7 @@ def rnn_costs(arch, inp, layers):
         macs += [t * g * hid * cin, t * g * hid * hid]
         acts += t * (g * hid + (2 if g == 4 else 1) * hid)
         params += g * hid * (cin + hid) + 2 * g * hid
-    for k in range(len(layers) - 1):
-        macs.append(layers[k] * layers[k + 1])
-        params += layers[k] * layers[k + 1] + layers[k + 1]
-        if k < len(layers) - 2:
-            acts += layers[k + 1]
-    return {"macs": macs, "activations": acts, "params": params}
+    return add_classifier(macs, acts, params, layers)
 
 
 for _name in ("lstm", "gru2"):

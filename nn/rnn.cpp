@@ -219,66 +219,54 @@ void RNNCellBaseImpl::pretty_print(std::ostream& os) const {
   os << ")";
 }
 
-Tensor RNNCellBaseImpl::batched_input(const Tensor& x, bool& unbatched) const {
-  EMBER_CHECK(x.defined() && (x.dim() == 1 || x.dim() == 2), name_, ": expected an input [B, ",
-              options.input_size(), "] (or [", options.input_size(), "] unbatched), got ",
-              x.defined() ? x.sizes() : Shape{});
-  EMBER_CHECK(x.size(-1) == options.input_size(), name_, ": input of shape ", x.sizes(), " has ",
-              x.size(-1), " features, expected input_size = ", options.input_size());
-  unbatched = x.dim() == 1;
-  return unbatched ? x.unsqueeze(0) : x;
-}
-
-Tensor RNNCellBaseImpl::batched_state(const Tensor& h, const Tensor& x, bool unbatched,
-                                      const char* what) const {
+std::tuple<Tensor, Tensor> RNNCellBaseImpl::advance(const Tensor& x_in, const Tensor& h_in,
+                                                    const Tensor& c_in) const {
   const int64_t H = options.hidden_size();
-  if (!h.defined()) return zeros({x.size(0), H}, TensorOptions(x.dtype()).device(x.device()));
-  const Shape want = unbatched ? Shape{H} : Shape{x.size(0), H};
-  EMBER_CHECK(h.sizes() == want && h.device() == x.device() && h.dtype() == x.dtype(), name_, ": ",
-              what, " must be ", dtype_name(x.dtype()), " ", want, " on ", x.device().str(),
-              ", got ", dtype_name(h.dtype()), " ", h.sizes(), " on ", h.device().str());
-  return unbatched ? h.unsqueeze(0) : h;
+  EMBER_CHECK(x_in.defined() && (x_in.dim() == 1 || x_in.dim() == 2), name_,
+              ": expected an input [B, ", options.input_size(), "] (or [", options.input_size(),
+              "] unbatched), got ", x_in.defined() ? x_in.sizes() : Shape{});
+  EMBER_CHECK(x_in.size(-1) == options.input_size(), name_, ": input of shape ", x_in.sizes(),
+              " has ", x_in.size(-1), " features, expected input_size = ", options.input_size());
+  const bool unbatched = x_in.dim() == 1;
+  const Tensor x = unbatched ? x_in.unsqueeze(0) : x_in;
+  auto state = [&](const Tensor& s, const char* what) {
+    if (!s.defined()) return zeros({x.size(0), H}, TensorOptions(x.dtype()).device(x.device()));
+    const Shape want = unbatched ? Shape{H} : Shape{x.size(0), H};
+    EMBER_CHECK(s.sizes() == want && s.device() == x.device() && s.dtype() == x.dtype(), name_,
+                ": ", what, " must be ", dtype_name(x.dtype()), " ", want, " on ", x.device().str(),
+                ", got ", dtype_name(s.dtype()), " ", s.sizes(), " on ", s.device().str());
+    return unbatched ? s.unsqueeze(0) : s;
+  };
+  const Tensor h = state(h_in, "h");
+  const Tensor c = mode_ == RNNMode::Lstm ? state(c_in, "c") : Tensor();
+  Tensor h_out, c_out;
+  step(mode_, linear(x, weight_ih, bias_ih), h, c, weight_hh, bias_hh, H, h_out, c_out);
+  if (unbatched) {
+    h_out = h_out.squeeze(0);
+    if (c_out.defined()) c_out = c_out.squeeze(0);
+  }
+  return {h_out, c_out};
 }
 
 RNNCellImpl::RNNCellImpl(const RNNCellOptions& o)
     : RNNCellBaseImpl(rnn_mode(o.nonlinearity(), "RNNCell"), o, "RNNCell") {}
 
-Tensor RNNCellImpl::forward(const Tensor& x_in, const Tensor& h_in) {
-  bool unbatched = false;
-  const Tensor x = batched_input(x_in, unbatched);
-  const Tensor h = batched_state(h_in, x, unbatched, "h");
-  Tensor h_out, c_out;
-  step(mode_, linear(x, weight_ih, bias_ih), h, {}, weight_hh, bias_hh, options.hidden_size(),
-       h_out, c_out);
-  return unbatched ? h_out.squeeze(0) : h_out;
+Tensor RNNCellImpl::forward(const Tensor& x, const Tensor& h) {
+  return std::get<0>(advance(x, h, {}));
 }
 
 LSTMCellImpl::LSTMCellImpl(const LSTMCellOptions& o)
     : RNNCellBaseImpl(RNNMode::Lstm, o, "LSTMCell") {}
 
 std::tuple<Tensor, Tensor> LSTMCellImpl::forward(
-    const Tensor& x_in, const std::optional<std::tuple<Tensor, Tensor>>& hx) {
-  bool unbatched = false;
-  const Tensor x = batched_input(x_in, unbatched);
-  const Tensor h = batched_state(hx ? std::get<0>(*hx) : Tensor(), x, unbatched, "h");
-  const Tensor c = batched_state(hx ? std::get<1>(*hx) : Tensor(), x, unbatched, "c");
-  Tensor h_out, c_out;
-  step(mode_, linear(x, weight_ih, bias_ih), h, c, weight_hh, bias_hh, options.hidden_size(), h_out,
-       c_out);
-  if (unbatched) return {h_out.squeeze(0), c_out.squeeze(0)};
-  return {h_out, c_out};
+    const Tensor& x, const std::optional<std::tuple<Tensor, Tensor>>& hx) {
+  return hx ? advance(x, std::get<0>(*hx), std::get<1>(*hx)) : advance(x, {}, {});
 }
 
 GRUCellImpl::GRUCellImpl(const GRUCellOptions& o) : RNNCellBaseImpl(RNNMode::Gru, o, "GRUCell") {}
 
-Tensor GRUCellImpl::forward(const Tensor& x_in, const Tensor& h_in) {
-  bool unbatched = false;
-  const Tensor x = batched_input(x_in, unbatched);
-  const Tensor h = batched_state(h_in, x, unbatched, "h");
-  Tensor h_out, c_out;
-  step(mode_, linear(x, weight_ih, bias_ih), h, {}, weight_hh, bias_hh, options.hidden_size(),
-       h_out, c_out);
-  return unbatched ? h_out.squeeze(0) : h_out;
+Tensor GRUCellImpl::forward(const Tensor& x, const Tensor& h) {
+  return std::get<0>(advance(x, h, {}));
 }
 
 }  // namespace ember::nn

@@ -94,9 +94,9 @@ class RNNCellBaseImpl : public Module {
   Tensor weight_ih, weight_hh, bias_ih, bias_hh;
 
  protected:
-  // The input and state as [B, ...] (unbatched ones get B = 1), checked.
-  Tensor batched_input(const Tensor& x, bool& unbatched) const;
-  Tensor batched_state(const Tensor& h, const Tensor& x, bool unbatched, const char* what) const;
+  // One step from x and the state (h, and c for the LSTM; zeros when undefined), checked:
+  // (h', c'), c' undefined but for the LSTM; unbatched in, unbatched out.
+  std::tuple<Tensor, Tensor> advance(const Tensor& x, const Tensor& h, const Tensor& c) const;
   RNNMode mode_;
   const char* name_;
 };

@@ -154,7 +154,7 @@ struct Candidate {
   size_t memory = 0;
   bool deterministic = false;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-  float time_ms = -1;  // cuDNN's (Find), then ours
+  float time_ms = -1;  // cuDNN's (Find; the heuristic reports none); ours are kept apart
 };
 
 template <class Perf>
