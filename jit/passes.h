@@ -23,6 +23,12 @@ void eliminate_common_subexpressions(Graph& g);
 // or arithmetic on wrapped numbers.
 void fold_constants(Graph& g);
 
+// A sum of slice gradients (each zeros with one gradient copied into a slice, the slices
+// disjoint along one dim) becomes one cat of the gradients, with zeros for uncovered ranges: the
+// backward of a tensor read in parts (gates, time steps) writes each part once instead of
+// filling, copying and adding whole-size tensors per part.
+void assemble_slice_sums(Graph& g);
+
 // Canonical forms the executor prefers: view ops that change nothing are dropped (their uses
 // read the input); a contiguous() copy feeding only matmuls, of a value nobody writes later, is
 // dropped (GEMMs read transposed operands through their layout flags); a same-dtype cast of a
@@ -71,7 +77,8 @@ struct PassReport {
   int32_t nodes_before = 0, nodes_after = 0;
 };
 
-// Runs every pass in order (dce, cse, fold, canonicalize, dce, fuse) and reports each.
+// Runs every pass in order (dce, cse, fold, slice_sums, canonicalize, dce, fuse) and reports
+// each.
 std::vector<PassReport> optimize(Graph& g);
 
 }  // namespace ember::jit

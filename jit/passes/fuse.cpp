@@ -74,6 +74,8 @@ void Fuser::run() {
       place_pointwise(k);
     else if (is_fusable_reduce(n))
       place_reduction(k);
+    else if (op_info(n.op).kind == OpKind::Cat)
+      merge_cat_producers(k);
   }
   absorb_small_k_products();
   finish();

@@ -53,6 +53,7 @@ class Fuser {
   // reduction between them moved out of the way first).
   void sink_loss_consumers();
   void pair_cross_entropy();
+  void merge_cat_producers(int32_t i);
   // A sum of a product alone, over leading dims, as a Reduction candidate of its own.
   static constexpr int64_t kLoneSumMaxCols = 64;
   bool lone_column_sum(const Node& n) const;

@@ -190,4 +190,24 @@ bool Fuser::product_inside_reduction(int32_t ci, Group& out) {
   return false;
 }
 
+// The pieces a cat joins (the gradients of a tensor's slices, jit/passes/slice_sums.cpp) are
+// often separate pointwise chains of one shape computed side by side: one kernel computes them
+// all instead of one per chain. Merged into the chain that ran last (a group runs at its last
+// member), when moving the others there is legal.
+void Fuser::merge_cat_producers(int32_t i) {
+  std::vector<int32_t> chains;
+  for (ValueId in : g_.nodes[i].inputs) {
+    const int32_t ci = cand_of_value(in);
+    if (ci >= 0 && cands_[ci].kind == GroupKind::Pointwise && !cands_[ci].closed &&
+        !cands_[ci].nodes.empty() && !contains(chains, ci))
+      chains.push_back(ci);
+  }
+  if (chains.size() < 2) return;
+  const int32_t last = *std::max_element(chains.begin(), chains.end(), [&](int32_t a, int32_t b) {
+    return cands_[a].nodes.back() < cands_[b].nodes.back();
+  });
+  for (int32_t cj : chains)
+    if (cj != last && can_merge(last, cj)) merge(last, cj);
+}
+
 }  // namespace ember::jit::fusion
