@@ -4,6 +4,7 @@
 #   bash tools/gpu_rnn_bench.sh
 #   SKIP_TESTS=1 SKIP_TORCH=1 bash tools/gpu_rnn_bench.sh
 #   PROBE_CNN=1    the compiled-CNN parity test repeated, serialized, and under initcheck
+#   SEQUENCE=1     examples/sequence --task add in both modes
 #   RESNET_ND=1    resnet 128 with nondeterministic cuDNN algorithms admitted
 #   PERF_LOG=lstm:64   device time of every step of one replay
 set -uo pipefail
@@ -32,10 +33,15 @@ E="$B/bench/ember_bench run --no-first-step --repeats 5 --steps 30 --modes ${EMB
 timeout 240 $E --workloads lstm,gru2 --batches 64 --json "$out/ember_rnn.json" >/tmp/ember_rnn.txt 2>&1
 tail -12 /tmp/ember_rnn.txt
 if [ -z "${SKIP_TORCH:-}" ]; then
-  timeout 240 python3 bench/torch_mlp.py --no-first-step --repeats 5 --steps 30 \
+  timeout ${TORCH_TIMEOUT:-240} python3 bench/torch_mlp.py --no-first-step --repeats 5 --steps 30 \
     --modes ${TORCH_MODES:-eager,cuda-graph,default} --workloads lstm,gru2 --batches 64 \
     --json "$out/torch_rnn.json" >/tmp/torch_rnn.txt 2>&1
   tail -10 /tmp/torch_rnn.txt
+fi
+if [ -n "${SEQUENCE:-}" ]; then  # the example on the GPU, both modes
+  for m in compiled eager; do
+    timeout 60 $B/examples/sequence --task add --steps 500 --mode $m 2>&1 | tail -3
+  done
 fi
 if [ -n "${RESNET_ND:-}" ]; then
   timeout 120 $B/bench/ember_bench run --no-first-step --repeats 5 --steps 50 --nondeterministic \
