@@ -4,6 +4,7 @@
 #   bash tools/gpu_rnn_bench.sh
 #   SKIP_TESTS=1 SKIP_TORCH=1 bash tools/gpu_rnn_bench.sh
 #   PROBE_CNN=1    the compiled-CNN parity test repeated, serialized, and under initcheck
+#   GEMM_TIMES=1   tools/small_gemm_time (the handwritten GEMMs against cuBLASLt)
 #   SEQUENCE=1     examples/sequence --task add in both modes
 #   RESNET_ND=1    resnet 128 with nondeterministic cuDNN algorithms admitted
 #   PERF_LOG=lstm:64   device time of every step of one replay
@@ -37,6 +38,9 @@ if [ -z "${SKIP_TORCH:-}" ]; then
     --modes ${TORCH_MODES:-eager,cuda-graph,default} --workloads lstm,gru2 --batches 64 \
     --json "$out/torch_rnn.json" >/tmp/torch_rnn.txt 2>&1
   tail -10 /tmp/torch_rnn.txt
+fi
+if [ -n "${GEMM_TIMES:-}" ]; then  # the small GEMMs against cuBLASLt, the lstm's products too
+  timeout 60 $B/tools/small_gemm_time 2>&1 | tail -14
 fi
 if [ -n "${SEQUENCE:-}" ]; then  # the example on the GPU, both modes
   for m in compiled eager; do

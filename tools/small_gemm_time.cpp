@@ -1,6 +1,8 @@
 // Times the handwritten small GEMMs (kernels/cuda/small_gemm.h) against cuBLASLt on the same
 // problems: the seed MLP's layer-2 forward [B,512]x[512,10], input gradient [B,10]x[10,512] and
-// weight gradient [10,B]x[B,512].
+// weight gradient [10,B]x[B,512]; then the lstm workload's recurrent products at batch 64,
+// hidden 256 (forward [64,256]x[256,1024] against W_hh^T, the hidden state's gradient
+// [64,1024]x[1024,256], the weight gradient's per-step [256,64]x[64,1024]).
 // Per call: the mean of 200 back-to-back calls between two synchronizes (so launch gaps count),
 // and one call alone after a synchronize.
 //   small_gemm_time
@@ -46,6 +48,26 @@ int main() {
     return 0;
   }
   const Device dev = Device::cuda(0);
+  auto time_problem = [&](const char* name, const Tensor& a, const Tensor& bm) {
+    Tensor d = empty({a.size(0), bm.size(1)}, TensorOptions(dev));
+    kc::GemmCall c;
+    c.device = 0;
+    c.a = matrix(a);
+    c.b = matrix(bm);
+    c.d = d.raw_data();
+    const auto small = [&] { kc::small_gemm(c); };
+    const auto lt = [&] { kc::gemm_epilogue(c); };
+    const double ts = us_per_call(small, 200), ts1 = us_per_call(small, 1);
+    const Tensor from_small = d.clone();
+    const double tl = us_per_call(lt, 200), tl1 = us_per_call(lt, 1);
+    // The two results against each other: the largest difference relative to the largest
+    // magnitude (both sum in float32, in different orders).
+    const double diff = max(abs(sub(from_small, d))).item<double>();
+    const double scale = max(abs(d)).item<double>();
+    std::printf("%-28s %12.2f %12.2f %12.2f %12.2f   (%s; differ by %.1e of max)\n", name, ts, ts1,
+                tl, tl1, kc::small_gemm_name(kc::small_gemm_kind(kFloat32, c.a, c.b)),
+                diff / scale);
+  };
   std::printf("%-28s %12s %12s %12s %12s\n", "problem", "small x200", "small x1", "cuBLASLt x200",
               "cuBLASLt x1");
   for (int64_t b : {64, 1024, 8192}) {
@@ -57,25 +79,17 @@ int main() {
                     {"[B,10]x[10,512]", d_o, w2},
                     {"[10,B]x[B,512] (dW2)", d_o.t(), h}};
     for (const auto& p : problems) {
-      Tensor d = empty({p.a.size(0), p.bm.size(1)}, TensorOptions(dev));
-      kc::GemmCall c;
-      c.device = 0;
-      c.a = matrix(p.a);
-      c.b = matrix(p.bm);
-      c.d = d.raw_data();
-      const auto small = [&] { kc::small_gemm(c); };
-      const auto lt = [&] { kc::gemm_epilogue(c); };
-      const double ts = us_per_call(small, 200), ts1 = us_per_call(small, 1);
-      const Tensor from_small = d.clone();
-      const double tl = us_per_call(lt, 200), tl1 = us_per_call(lt, 1);
-      // The two results against each other: the largest difference relative to the largest
-      // magnitude (both sum in float32, in different orders).
-      const double diff = max(abs(sub(from_small, d))).item<double>();
-      const double scale = max(abs(d)).item<double>();
-      std::printf("B=%-5lld %-20s %12.2f %12.2f %12.2f %12.2f   (%s; differ by %.1e of max)\n",
-                  static_cast<long long>(b), p.name, ts, ts1, tl, tl1,
-                  kc::small_gemm_name(kc::small_gemm_kind(kFloat32, c.a, c.b)), diff / scale);
+      char name[64];
+      std::snprintf(name, sizeof name, "B=%-5lld %s", static_cast<long long>(b), p.name);
+      time_problem(name, p.a, p.bm);
     }
+  }
+  {
+    const Tensor h = randn({64, 256}, dev), w_hh = randn({1024, 256}, dev);
+    const Tensor dg = randn({64, 1024}, dev);
+    time_problem("lstm [64,256]x[256,1024] W^T", h, w_hh.t());
+    time_problem("lstm [64,1024]x[1024,256] W", dg, w_hh);
+    time_problem("lstm [256,64]x[64,1024] dW", h.t(), dg);
   }
   return 0;
 }
