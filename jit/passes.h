@@ -23,6 +23,11 @@ void eliminate_common_subexpressions(Graph& g);
 // or arithmetic on wrapped numbers.
 void fold_constants(Graph& g);
 
+// Products mm(A_i, B) with one right operand B, none of whose left operands depends on another's
+// result (a cell loop's input projections), become one mm(cat(A_i), B) whose row blocks replace
+// them, at the first one's position: one GEMM over all the rows instead of one per step.
+void batch_products(Graph& g);
+
 // A sum of slice gradients (each zeros with one gradient copied into a slice, the slices
 // disjoint along one dim) becomes one cat of the gradients, with zeros for uncovered ranges: the
 // backward of a tensor read in parts (gates, time steps) writes each part once instead of
@@ -77,8 +82,8 @@ struct PassReport {
   int32_t nodes_before = 0, nodes_after = 0;
 };
 
-// Runs every pass in order (dce, cse, fold, slice_sums, canonicalize, dce, fuse) and reports
-// each.
+// Runs every pass in order (dce, cse, fold, batch_products, slice_sums, canonicalize, dce,
+// fuse) and reports each.
 std::vector<PassReport> optimize(Graph& g);
 
 }  // namespace ember::jit

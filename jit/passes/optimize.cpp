@@ -1,6 +1,6 @@
 // The pass pipeline, in the order the passes feed each other: dead code first (less to look
-// at), then merging and folding (which leave dead nodes and identity copies behind), sums of
-// slice gradients made one cat, canonical forms, a second sweep of what they made dead, and
+// at), then merging and folding (which leave dead nodes and identity copies behind), products
+// sharing an operand joined, sums of slice gradients made one cat, canonical forms, a second sweep of what they made dead, and
 // fusion last (it needs the final node list; erasing nodes clears groups).
 #include "jit/passes.h"
 
@@ -13,8 +13,8 @@ std::vector<PassReport> optimize(Graph& g) {
   };
   static constexpr Step kPipeline[] = {
       {"dce", eliminate_dead_code}, {"cse", eliminate_common_subexpressions},
-      {"fold", fold_constants},     {"slice_sums", assemble_slice_sums},
-      {"canonicalize", canonicalize},
+      {"fold", fold_constants},     {"batch_products", batch_products},
+      {"slice_sums", assemble_slice_sums}, {"canonicalize", canonicalize},
       {"dce", eliminate_dead_code}, {"fuse", fuse},
   };
   std::vector<PassReport> reports;
