@@ -34,6 +34,12 @@ void batch_products(Graph& g);
 // filling, copying and adding whole-size tensors per part.
 void assemble_slice_sums(Graph& g);
 
+// A sum of products sum_i A_i B_i (adds over mm results, or over their transposes, each read
+// once) becomes one mm(cat(A_i, 1), cat(B_i, 0)): a weight used at every step of a loop gets
+// its gradient from one GEMM over all the steps instead of a GEMM and an addition per step.
+// Rounds differently from the per-term sum (same value to float precision).
+void sum_products(Graph& g);
+
 // Canonical forms the executor prefers: view ops that change nothing are dropped (their uses
 // read the input); a contiguous() copy feeding only matmuls, of a value nobody writes later, is
 // dropped (GEMMs read transposed operands through their layout flags); a same-dtype cast of a
@@ -82,8 +88,8 @@ struct PassReport {
   int32_t nodes_before = 0, nodes_after = 0;
 };
 
-// Runs every pass in order (dce, cse, fold, batch_products, slice_sums, canonicalize, dce,
-// fuse) and reports each.
+// Runs every pass in order (dce, cse, fold, batch_products, slice_sums, sum_products,
+// canonicalize, dce, fuse) and reports each.
 std::vector<PassReport> optimize(Graph& g);
 
 }  // namespace ember::jit

@@ -163,3 +163,67 @@ TEST_CASE("batch_products leaves dependent products and products across a write"
     CHECK(cats == (write_between ? 0 : 1));
   }
 }
+
+// The sum_products pass (jit/passes/sum_products.cpp): a weight's gradient summed over the steps
+// of a loop is one product over the joined steps.
+TEST_CASE("sum_products: a recurrent weight's gradient is one product over the steps",
+          "[jit][sum_products]") {
+  manual_seed(8);
+  const int T = 6;
+  Tensor w = randn({4, 4}).requires_grad_(true);
+  auto step = [&](const Tensor& x) {
+    w.set_grad(Tensor());
+    Tensor h = x;
+    for (int t = 0; t < T; ++t) h = tanh(mm(h, w));
+    Tensor loss = sum(h * h);
+    loss.backward();
+    return loss;
+  };
+  const Tensor x = randn({2, 4});
+  step(x);
+  const Vec eager = test::read(w.grad());
+  auto compiled = compile(step);
+  for (int i = 0; i < 3; ++i) compiled(x);
+  CHECK(compiled.stats().replays >= 1);
+  check_close(eager, test::read(w.grad()), 1e-5);
+  const std::string graph = compiled.last_graph();
+  INFO(graph);
+  CHECK(products(graph, "float32[4,4]") == 1);  // the gradient: one product, not T
+  CHECK(products(graph, "float32[2,4]") == 2 * T - 1);  // forward chain, hidden-state gradient
+}
+
+TEST_CASE("sum_products leaves a sum whose operand is written before the sum",
+          "[jit][sum_products]") {
+  const bool write_between = GENERATE(false, true);
+  Graph g;
+  const ValueId a0 = g.add_input(zeros({3, 4}), 0);
+  const ValueId a1 = g.add_input(zeros({3, 4}), 1);
+  const ValueId b = g.add_state(zeros({4, 5}));
+  const ValueId one = g.add_constant(ones({}));
+  const ValueId p0 = g.append(OpId::mm, {a0, b});
+  if (write_between) {  // a0 changes after its product, before the sum
+    Value v = g.values[a0];
+    v.kind = ValueKind::Node;
+    v.producer = -1;
+    v.slot = -1;
+    Node inc;
+    inc.op = OpId::add;
+    inc.inputs = {a0, one};
+    inc.out = g.add_value(v);
+    g.values[inc.out].root = a0;
+    inc.inplace = true;
+    inc.inplace_of = a0;
+    g.add_node(inc);
+  }
+  const ValueId p1 = g.append(OpId::mm, {a1, b});
+  g.outputs = {g.append(OpId::add, {p0, p1})};
+  sum_products(g);
+  eliminate_dead_code(g);
+  int mms = 0, cats = 0;
+  for (const Node& n : g.nodes) {
+    mms += n.op == OpId::mm;
+    cats += n.op == OpId::cat;
+  }
+  CHECK(mms == (write_between ? 2 : 1));
+  CHECK(cats == (write_between ? 0 : 2));
+}
