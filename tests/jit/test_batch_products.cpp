@@ -166,30 +166,50 @@ TEST_CASE("batch_products leaves dependent products and products across a write"
 
 // The sum_products pass (jit/passes/sum_products.cpp): a weight's gradient summed over the steps
 // of a loop is one product over the joined steps.
-TEST_CASE("sum_products: a recurrent weight's gradient is one product over the steps",
-          "[jit][sum_products]") {
+namespace {
+
+void recurrent_weight(Device dev) {
   manual_seed(8);
   const int T = 6;
-  Tensor w = randn({4, 4}).requires_grad_(true);
+  const TensorOptions o = TensorOptions().device(dev);
+  Tensor w = randn({4, 4}, o).requires_grad_(true), b = randn({4}, o).requires_grad_(true);
   auto step = [&](const Tensor& x) {
     w.set_grad(Tensor());
+    b.set_grad(Tensor());
     Tensor h = x;
-    for (int t = 0; t < T; ++t) h = tanh(mm(h, w));
+    for (int t = 0; t < T; ++t) h = tanh(mm(h, w) + b);
     Tensor loss = sum(h * h);
     loss.backward();
     return loss;
   };
-  const Tensor x = randn({2, 4});
+  const Tensor x = randn({2, 4}, o);
   step(x);
-  const Vec eager = test::read(w.grad());
+  const Vec eager_w = test::read(w.grad()), eager_b = test::read(b.grad());
   auto compiled = compile(step);
   for (int i = 0; i < 3; ++i) compiled(x);
   CHECK(compiled.stats().replays >= 1);
-  check_close(eager, test::read(w.grad()), 1e-5);
+  check_close(eager_w, test::read(w.grad()), 1e-5);
+  check_close(eager_b, test::read(b.grad()), 1e-5);
   const std::string graph = compiled.last_graph();
   INFO(graph);
-  CHECK(products(graph, "float32[4,4]") == 1);  // the gradient: one product, not T
+  CHECK(products(graph, "float32[4,4]") == 1);  // the weight's gradient: one product, not T
   CHECK(products(graph, "float32[2,4]") == 2 * T - 1);  // forward chain, hidden-state gradient
+  // The bias's: one column sum over the same joined gradients the product reads.
+  CHECK(count(graph, "= sum(") == 2);  // the loss, the bias gradient
+  CHECK(count(graph, " = cat(") == 2);  // the step gradients (shared), the hidden states
+}
+
+}  // namespace
+
+TEST_CASE("sum_products: a recurrent weight's and bias's gradients are one product and one sum",
+          "[jit][sum_products]") {
+  recurrent_weight(Device::cpu());
+}
+
+TEST_CASE("sum_products: a recurrent weight's and bias's gradients (CUDA)",
+          "[jit][sum_products][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  recurrent_weight(Device::cuda(0));
 }
 
 TEST_CASE("sum_products leaves a sum whose operand is written before the sum",
