@@ -145,6 +145,18 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
 Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Views of consecutive pieces along `dim` (core/composite_ops.cpp), as torch.split / chunk:
+// split into pieces of `size` (the last may be shorter) or of the given sizes (summing to the
+// dim's size); chunk into at most `chunks` pieces of ceil(size / chunks).
+std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
+// `value` where the bool `mask` (broadcast to a's shape) is true, a elsewhere.
+Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value);
+// The lower (tril) or upper (triu) triangle of the last two dims, zeros elsewhere: element
+// (i, j) kept when j - i <= diagonal (tril) or j - i >= diagonal (triu).
+Tensor tril(const Tensor& a, int64_t diagonal = 0);
+Tensor triu(const Tensor& a, int64_t diagonal = 0);
 
 // Casting and moving
 Tensor cast(const Tensor& a, DType dtype);

@@ -123,4 +123,30 @@ struct BCEWithLogitsLossOptions {
   EMBER_ARG(Reduction, reduction) = Reduction::Mean;
 };
 
+// MultiheadAttention (nn/attention.h), as torch.nn's with kdim = vdim = embed_dim and no
+// add_bias_kv / add_zero_attn.
+struct MultiheadAttentionOptions {
+  MultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads)
+      : embed_dim_(embed_dim), num_heads_(num_heads) {}
+  EMBER_ARG(int64_t, embed_dim);
+  EMBER_ARG(int64_t, num_heads);
+  EMBER_ARG(double, dropout) = 0.0;
+  EMBER_ARG(bool, bias) = true;
+  EMBER_ARG(bool, batch_first) = false;
+};
+
+// TransformerEncoderLayer (nn/transformer.h), as torch.nn's; activation "relu" or "gelu".
+struct TransformerEncoderLayerOptions {
+  TransformerEncoderLayerOptions(int64_t d_model, int64_t nhead)
+      : d_model_(d_model), nhead_(nhead) {}
+  EMBER_ARG(int64_t, d_model);
+  EMBER_ARG(int64_t, nhead);
+  EMBER_ARG(int64_t, dim_feedforward) = 2048;
+  EMBER_ARG(double, dropout) = 0.1;
+  EMBER_ARG(std::string, activation) = "relu";
+  EMBER_ARG(double, layer_norm_eps) = 1e-5;
+  EMBER_ARG(bool, batch_first) = false;
+  EMBER_ARG(bool, norm_first) = false;
+};
+
 }  // namespace ember::nn

@@ -20,6 +20,8 @@
 #include "nn/clip_grad.h"
 #include "nn/conv.h"
 #include "nn/rnn.h"
+#include "nn/attention.h"
+#include "nn/transformer.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/flatten.h"
