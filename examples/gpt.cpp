@@ -60,23 +60,26 @@ class GPTImpl : public nn::Module {
                                           .batch_first(true)
                                           .norm_first(true))));
     ln_f = register_module("ln_f", nn::LayerNorm(c.dim));
+    head = register_module("head", nn::Linear(nn::LinearOptions(c.dim, kVocab).bias(false)));
+    head->weight = head->tie_parameter("weight", tok->weight);  // one tensor, one gradient
     // GPT-2's embedding init: with N(0, 1) rows the tied output layer starts with logits of
     // size sqrt(dim) and a loss far above log(256).
     nn::init::normal_(tok->weight, 0.0, 0.02);
     nn::init::normal_(pos->weight, 0.0, 0.02);
   }
-  // idx [B, T] (T <= context) -> logits [B, T, 256]; the output layer is tok's weight.
+  // idx [B, T] (T <= context) -> logits [B, T, 256]; the output layer shares tok's weight.
   Tensor forward(const Tensor& idx) {
     const int64_t T = idx.size(1);
     const Tensor positions = arange(T, TensorOptions(kInt64).device(idx.device()));
     Tensor x = add(tok->forward(idx), pos->forward(positions));
     for (auto& b : blocks) x = b->forward(x, {}, {}, true);
-    return nn::functional::linear(ln_f->forward(x), tok->weight);
+    return head->forward(ln_f->forward(x));
   }
   int64_t context, dim;
   nn::Embedding tok{nullptr}, pos{nullptr};
   std::vector<nn::TransformerEncoderLayer> blocks;
   nn::LayerNorm ln_f{nullptr};
+  nn::Linear head{nullptr};
 };
 EMBER_MODULE(GPT);
 

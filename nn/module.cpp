@@ -4,6 +4,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <unordered_set>
 
@@ -90,6 +91,21 @@ Tensor Module::register_parameter(std::string key, Tensor tensor, bool requires_
   }
   params_.emplace_back(std::move(key), tensor);
   return tensor;
+}
+
+Tensor Module::tie_parameter(const std::string& key, const Tensor& shared) {
+  auto it = std::find_if(params_.begin(), params_.end(), [&](const auto& e) { return e.first == key; });
+  EMBER_CHECK(it != params_.end(), name(), ": tie_parameter: no parameter '", key, "'");
+  EMBER_CHECK(shared.defined() && shared.requires_grad() && shared.is_leaf(), name(),
+              ": tie_parameter: '", key, "' must be tied to another module's parameter");
+  const Tensor& own = it->second;
+  EMBER_CHECK(!own.defined() || (own.sizes() == shared.sizes() && own.dtype() == shared.dtype() &&
+                                 own.device() == shared.device()),
+              name(), ": tie_parameter: '", key, "' is ", dtype_name(own.dtype()), " ",
+              own.sizes(), " on ", own.device().str(), ", the shared parameter ",
+              dtype_name(shared.dtype()), " ", shared.sizes(), " on ", shared.device().str());
+  it->second = shared;
+  return shared;
 }
 
 Tensor Module::register_buffer(std::string key, Tensor tensor) {

@@ -54,6 +54,11 @@ class Module : public std::enable_shared_from_this<Module> {
   // An undefined tensor registers an absent parameter that every listing skips.
   Tensor register_parameter(std::string name, Tensor tensor, bool requires_grad = true);
   Tensor register_buffer(std::string name, Tensor tensor);
+  // Weight tying: parameter `name` (registered) becomes `shared`, another module's parameter of
+  // the same shape, dtype and device, so the two hold one tensor and accumulate one gradient
+  // (PyTorch's `head.weight = tok.weight`). Returns `shared`; store it in the member too:
+  //   head->weight = head->tie_parameter("weight", tok->weight);
+  Tensor tie_parameter(const std::string& name, const Tensor& shared);
   template <class M>
   requires std::derived_from<M, Module> std::shared_ptr<M> register_module(
       std::string name, std::shared_ptr<M> module) {

@@ -11,6 +11,10 @@
 #include "core/ops.h"
 #include "jit/compile.h"
 #include "nn/attention.h"
+#include "nn/embedding.h"
+#include "nn/functional.h"
+#include "nn/linear.h"
+#include "nn/sequential.h"
 #include "nn/loss.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
@@ -158,4 +162,31 @@ TEST_CASE("a compiled transformer-block training step equals eager", "[nn][atten
     CHECK(std::abs(eager[i] - compiled[i]) <= 1e-5 * std::abs(eager[i]));
   }
   CHECK(eager.back() < eager.front());
+}
+
+TEST_CASE("tie_parameter: an output layer sharing the embedding's weight", "[nn][attention]") {
+  manual_seed(51);
+  nn::Embedding tok(11, 6);
+  nn::Linear head(nn::LinearOptions(6, 11).bias(false));
+  head->weight = head->tie_parameter("weight", tok->weight);
+  CHECK(head->weight.is_same(tok->weight));
+  nn::Sequential both(tok, head);
+  CHECK(both->parameters().size() == 1);  // one tensor, listed once
+  // One backward accumulates both uses: the lookup's gradient plus the output layer's.
+  const Tensor idx = from_vector(std::vector<int64_t>{3, 7, 3}, {3});
+  const Tensor g = randn({3, 11});
+  sum(mul(head->forward(tok->forward(idx)), g)).backward();
+  const Vec tied = test::read(tok->weight.grad());
+  // The same sum from an untied copy of each use.
+  const Tensor w1 = tok->weight.detach().clone().requires_grad_(true);
+  const Tensor w2 = tok->weight.detach().clone().requires_grad_(true);
+  sum(mul(nn::functional::linear(nn::functional::embedding(idx, w1), w2), g)).backward();
+  const Vec a = test::read(w1.grad()), b = test::read(w2.grad());
+  REQUIRE(tied.size() == a.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(tied[i] == Approx(a[i] + b[i]).margin(1e-6));
+  nn::Linear wrong(nn::LinearOptions(6, 10).bias(false));
+  CHECK_THROWS_WITH(wrong->tie_parameter("weight", tok->weight),
+                    Contains("tie_parameter: 'weight' is float32 [10, 6]") &&
+                        Contains("the shared parameter float32 [11, 6]"));
+  CHECK_THROWS_WITH(wrong->tie_parameter("bias", tok->weight), Contains("no parameter 'bias'"));
 }
