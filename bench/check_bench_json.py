@@ -48,7 +48,9 @@ def workload_cost(spec):
         inp = 1
         for d in spec["input"]:
             inp *= d
-        return spec["macs"], spec["activations"], spec["params"], inp, layers[-1]
+        # A gpt sample is a sequence: one set of logits per token.
+        classes = layers[-1] * inp if spec.get("arch") == "gpt" else layers[-1]
+        return spec["macs"], spec["activations"], spec["params"], inp, classes
     pairs = list(zip(layers[:-1], layers[1:]))
     return ([i * o for i, o in pairs], sum(layers[1:-1]), sum(i * o + o for i, o in pairs),
             layers[0], layers[-1])
@@ -59,7 +61,9 @@ def floor_counts(spec, batch, states=None):
     `states` (optimizer_states) overrides what the momentum implies."""
     macs, acts, params, inp, classes = workload_cost(spec)
     m = states if states is not None else (1 if spec["optimizer"]["momentum"] > 0 else 0)
-    flops = 6 * batch * sum(macs) - 2 * batch * macs[0]
+    # No gradient for the input's first product, except a gpt's (it reads the embeddings).
+    first = 0 if spec.get("arch") == "gpt" else macs[0]
+    flops = 6 * batch * sum(macs) - 2 * batch * first
     nbytes = 4 * (params * (5 + 2 * m) + batch * (2 * inp + 5 * acts + 4 * classes))
     return flops, nbytes
 

@@ -68,11 +68,15 @@ struct State {
   std::unique_ptr<optim::Optimizer> opt;
   nn::CrossEntropyLoss criterion;
   Device dev;
+  double clip_norm = 0;
   bool amp = false;
   DType amp_dtype = kBFloat16;
   std::unique_ptr<optim::GradScaler> scaler;  // fp16 only
   State(const Workload& w, Device d)
-      : model(on_device(build_model(w), d)), opt(make_optimizer(w, model->parameters())), dev(d) {
+      : model(on_device(build_model(w), d)),
+        opt(make_optimizer(w, model->parameters())),
+        dev(d),
+        clip_norm(w.clip_norm) {
     amp = w.amp != "none";
     amp_dtype = w.amp == "fp16" ? kFloat16 : kBFloat16;
     if (w.amp == "fp16") scaler = std::make_unique<optim::GradScaler>(dev);
@@ -92,6 +96,7 @@ struct StepFn {
     if (!s->amp) {
       Tensor loss = s->criterion(s->model(x), y);
       loss.backward();
+      if (s->clip_norm > 0) nn::utils::clip_grad_norm_(s->model->parameters(), s->clip_norm);
       s->opt->step();
       return loss;
     }
@@ -102,10 +107,15 @@ struct StepFn {
     }
     if (s->scaler) {
       s->scaler->scale(loss).backward();
+      if (s->clip_norm > 0) {  // clip the true gradients, as PyTorch's recipe does
+        s->scaler->unscale_(*s->opt);
+        nn::utils::clip_grad_norm_(s->model->parameters(), s->clip_norm);
+      }
       s->scaler->step(*s->opt);
       s->scaler->update();
     } else {
       loss.backward();
+      if (s->clip_norm > 0) nn::utils::clip_grad_norm_(s->model->parameters(), s->clip_norm);
       s->opt->step();
     }
     return loss;
@@ -118,6 +128,7 @@ struct Trainer::Impl {
   Device dev;
   Shape sample;  // one input sample's shape
   int64_t classes = 0;
+  bool tokens = false;  // gpt: int64 token inputs, one target per token
   std::vector<int64_t> schedule;
   size_t next = 0;  // index into schedule of the next step's batch
   std::unique_ptr<State> state;
@@ -133,6 +144,7 @@ Trainer::Trainer(const Workload& w, const std::string& mode, std::vector<int64_t
   m.dev = dev;
   m.sample = w.arch == "mlp" ? Shape{w.layers.front()} : Shape(w.input);
   m.classes = w.layers.back();
+  m.tokens = w.arch == "gpt";
   m.schedule = std::move(schedule);
   manual_seed(seed);  // the weights, then every batch, come from the seed
   m.state = std::make_unique<State>(w, dev);
@@ -150,8 +162,8 @@ float Trainer::step() {
   m.next = (m.next + 1) % m.schedule.size();
   Shape xs = m.sample;
   xs.insert(0, b);
-  const Tensor x = randn(xs, m.dev);
-  const Tensor y = randint(0, m.classes, {b}, m.dev);
+  const Tensor x = m.tokens ? randint(0, m.classes, xs, m.dev) : randn(xs, m.dev);
+  const Tensor y = randint(0, m.classes, {m.tokens ? numel_of(xs) : b}, m.dev);
   if (!m.compiled) {
     last_compiled_ = true;
     return m.fn(x, y).item<float>();

@@ -192,6 +192,25 @@ def rnn_costs(arch, inp, layers):
     return add_classifier(macs, acts, params, layers)
 
 
+def gpt_costs(d, vocab, t, depth, heads):
+    """bench/workloads.cpp's workload_cost for the gpt workloads (per sequence)."""
+    macs, acts, params = [], 0, 0
+    for _ in range(depth):
+        macs += [t * 4 * d * d, 2 * t * t * d, t * 8 * d * d]
+        acts += t * 16 * d + heads * t * t
+        params += 12 * d * d + 13 * d
+    macs.append(t * d * vocab)
+    params += vocab * d + t * d + 2 * d
+    return {"macs": macs, "activations": acts, "params": params}
+
+
+for _name, _d, _t, _depth, _heads in [("gpt_small", 128, 128, 4, 4), ("gpt_base", 384, 256, 6, 6)]:
+    WORKLOADS[_name] = {"layers": [_d, 256], "activation": "gelu", "loss": "cross_entropy",
+                        "optimizer": {"name": "adamw", "lr": 1e-3, "momentum": 0.0,
+                                      "weight_decay": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8},
+                        "arch": "gpt", "input": [_t], "depth": _depth, "heads": _heads,
+                        "clip_norm": 1.0, **gpt_costs(_d, 256, _t, _depth, _heads)}
+
 for _name in ("lstm", "gru2"):
     WORKLOADS[_name] = {"layers": [256, 10], "activation": "relu", "loss": "cross_entropy",
                         "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.0},
@@ -261,7 +280,9 @@ def workload_cost(spec):
         inp = 1
         for d in spec["input"]:
             inp *= d
-        return spec["macs"], spec["activations"], spec["params"], inp, layers[-1]
+        # A gpt sample is a sequence: one set of logits per token.
+        classes = layers[-1] * inp if spec.get("arch") == "gpt" else layers[-1]
+        return spec["macs"], spec["activations"], spec["params"], inp, classes
     pairs = list(zip(layers[:-1], layers[1:]))
     return ([i * o for i, o in pairs], sum(layers[1:-1]), sum(i * o + o for i, o in pairs),
             layers[0], layers[-1])
@@ -272,7 +293,9 @@ def floor_counts(spec, batch, states=None):
     `states` (optimizer_states) overrides what the momentum implies."""
     macs, acts, params, inp, classes = workload_cost(spec)
     m = states if states is not None else (1 if spec["optimizer"]["momentum"] > 0 else 0)
-    flops = 6 * batch * sum(macs) - 2 * batch * macs[0]
+    # No gradient for the input's first product, except a gpt's (it reads the embeddings).
+    first = 0 if spec.get("arch") == "gpt" else macs[0]
+    flops = 6 * batch * sum(macs) - 2 * batch * first
     nbytes = 4 * (params * (5 + 2 * m) + batch * (2 * inp + 5 * acts + 4 * classes))
     return flops, nbytes
 
@@ -635,6 +658,56 @@ def conv_layers(nn, spec):
     return mods + [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
 
 
+def gpt_model(torch, spec):
+    """bench/workloads.h's gpt: token and position embeddings, pre-norm causal blocks (attention
+    through F.scaled_dot_product_attention(is_causal=True) where PyTorch has it), a final
+    LayerNorm, the output layer tied to the token embedding; [B, T] -> [B * T, V] logits."""
+    nn, F = torch.nn, torch.nn.functional
+    d, vocab, t = spec["layers"][0], spec["layers"][1], spec["input"][0]
+    heads = spec["heads"]
+
+    def attention(q, k, v):
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        scores = (q / q.shape[-1] ** 0.5) @ k.transpose(-2, -1)  # PyTorch before 2.0
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        return torch.softmax(scores.masked_fill(~keep, float("-inf")), -1) @ v
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.linear1, self.linear2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+            split = lambda z: z.view(b, n, heads, d // heads).transpose(1, 2)  # noqa: E731
+            a = attention(split(q), split(k), split(v)).transpose(1, 2).reshape(b, n, d)
+            x = x + self.proj(a)
+            return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(t, d)
+            nn.init.normal_(self.tok.weight, std=0.02)
+            nn.init.normal_(self.pos.weight, std=0.02)
+            self.blocks = nn.ModuleList([Block() for _ in range(spec["depth"])])
+            self.ln_f = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab, bias=False)
+            self.head.weight = self.tok.weight  # tied
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.ln_f(x)).reshape(-1, vocab)
+
+    return GPT()
+
+
 def build_training(torch, spec, device, seed, mode=None, amp="none"):
     """A fresh model from the seed (initialized on the CPU, then moved: the same weights on every
     device and in every mode), its optimizer, and the step function all modes share. AdamW runs
@@ -644,13 +717,17 @@ def build_training(torch, spec, device, seed, mode=None, amp="none"):
     nn = torch.nn
     torch.manual_seed(seed)
     layers = spec["layers"]
-    mods = conv_layers(nn, spec)
-    for k in range(len(layers) - 1):
-        mods.append(nn.Linear(layers[k], layers[k + 1]))
-        if k < len(layers) - 2:
-            # GELU's default is the exact (erf) form, the brief's choice.
-            mods.append(nn.ReLU() if spec["activation"] == "relu" else nn.GELU())
-    model = nn.Sequential(*mods).to(device)
+    if spec.get("arch") == "gpt":
+        model = gpt_model(torch, spec).to(device)
+    else:
+        mods = conv_layers(nn, spec)
+        for k in range(len(layers) - 1):
+            mods.append(nn.Linear(layers[k], layers[k + 1]))
+            if k < len(layers) - 2:
+                # GELU's default is the exact (erf) form, the brief's choice.
+                mods.append(nn.ReLU() if spec["activation"] == "relu" else nn.GELU())
+        model = nn.Sequential(*mods).to(device)
+    clip = spec.get("clip_norm", 0)
     o = spec["optimizer"]
     if o["name"] == "adamw":
         impl = {"fused": True} if o.get("impl") == "fused" else {"foreach": True}
@@ -665,6 +742,8 @@ def build_training(torch, spec, device, seed, mode=None, amp="none"):
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
             return loss
 
@@ -679,9 +758,14 @@ def build_training(torch, spec, device, seed, mode=None, amp="none"):
             loss = loss_fn(model(x), y)  # cross entropy: on autocast's float32 list
         if scaler is None:
             loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
         else:
             scaler.scale(loss).backward()
+            if clip:  # clip the true gradients
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             scaler.step(opt)
             scaler.update()
         return loss
@@ -698,9 +782,9 @@ def sample_shape(spec):
 class Batches:
     """Fresh batches on the device from a generator of their own, cycling through a schedule."""
 
-    def __init__(self, torch, device, seed, schedule, features, classes):
+    def __init__(self, torch, device, seed, schedule, features, classes, tokens=False):
         self.torch, self.device, self.schedule = torch, device, schedule
-        self.features, self.classes = features, classes
+        self.features, self.classes, self.tokens = features, classes, tokens
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
         self.i = 0
@@ -708,8 +792,14 @@ class Batches:
     def next(self):
         b = self.schedule[self.i % len(self.schedule)]
         self.i += 1
-        x = self.torch.randn(b, *self.features, device=self.device, generator=self.gen)
-        y = self.torch.randint(0, self.classes, (b,), device=self.device, generator=self.gen)
+        if self.tokens:  # gpt: token sequences, one target per token
+            x = self.torch.randint(0, self.classes, (b, *self.features), device=self.device,
+                                   generator=self.gen)
+            n = b * self.features[0]
+        else:
+            x = self.torch.randn(b, *self.features, device=self.device, generator=self.gen)
+            n = b
+        y = self.torch.randint(0, self.classes, (n,), device=self.device, generator=self.gen)
         return x, y
 
 
@@ -858,7 +948,7 @@ def measure_row(ctx, workload, batch, mode):
     model, opt, step = build_training(torch, spec, ctx.device, args.seed, mode, args.amp)
     stepper = make_stepper(torch, mode, model, opt, step)
     batches = Batches(torch, ctx.device, args.seed, schedule, sample_shape(spec),
-                      spec["layers"][-1])
+                      spec["layers"][-1], spec.get("arch") == "gpt")
 
     def one():
         x, y = batches.next()
@@ -912,7 +1002,7 @@ def eager_loss(ctx, workload, schedule):
     spec = WORKLOADS[workload]
     _, _, step = build_training(torch, spec, ctx.device, ctx.args.seed, None, ctx.args.amp)
     batches = Batches(torch, ctx.device, ctx.args.seed, schedule, sample_shape(spec),
-                      spec["layers"][-1])
+                      spec["layers"][-1], spec.get("arch") == "gpt")
     loss = None
     for _ in range(ctx.args.loss_steps):
         x, y = batches.next()
@@ -935,7 +1025,8 @@ def probe_main(args):
     schedule = dynamic_schedule(batch) if mode == "dynamic" else [batch]
     model, opt, step = build_training(torch, spec, device, args.seed, mode, args.amp)
     stepper = make_stepper(torch, mode, model, opt, step)
-    batches = Batches(torch, device, args.seed, schedule, sample_shape(spec), spec["layers"][-1])
+    batches = Batches(torch, device, args.seed, schedule, sample_shape(spec), spec["layers"][-1],
+                      spec.get("arch") == "gpt")
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -1098,7 +1189,7 @@ def parse_args(argv=None):
                "64,1024,8192. CPU: 3, 10, 5, 20, 64,1024.")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--workloads", type=csv_list("workload", list(WORKLOADS)),
-                    default=["mlp", "deep_mlp"], help="default: mlp,deep_mlp (also: cnn, resnet, lstm, gru2)")
+                    default=["mlp", "deep_mlp"], help="default: mlp,deep_mlp (also: cnn, resnet, lstm, gru2, gpt_small, gpt_base)")
     ap.add_argument("--batches", type=csv_list("batch", convert=int), default=None)
     ap.add_argument("--modes", type=csv_list("mode", MODES), default=list(MODES),
                     help="default: " + ",".join(MODES))

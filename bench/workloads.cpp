@@ -65,6 +65,56 @@ class LastStepImpl : public nn::Module {
 };
 EMBER_MODULE(LastStep);
 
+// The gpt workloads' model: token and position embeddings, pre-norm causal blocks, a final
+// LayerNorm, the output layer tied to the token embedding; [B, T] tokens -> [B * T, V] logits.
+class GPTImpl : public nn::Module {
+ public:
+  GPTImpl(int64_t d, int64_t vocab, int64_t context, int64_t depth, int64_t heads) : vocab_(vocab) {
+    tok = register_module("tok", nn::Embedding(vocab, d));
+    pos = register_module("pos", nn::Embedding(context, d));
+    for (int64_t l = 0; l < depth; ++l)
+      blocks.push_back(register_module(
+          "h" + std::to_string(l),
+          nn::TransformerEncoderLayer(nn::TransformerEncoderLayerOptions(d, heads)
+                                          .dim_feedforward(4 * d)
+                                          .dropout(0.0)
+                                          .activation("gelu")
+                                          .batch_first(true)
+                                          .norm_first(true))));
+    ln_f = register_module("ln_f", nn::LayerNorm(d));
+    head = register_module("head", nn::Linear(nn::LinearOptions(d, vocab).bias(false)));
+    head->weight = head->tie_parameter("weight", tok->weight);
+    nn::init::normal_(tok->weight, 0.0, 0.02);
+    nn::init::normal_(pos->weight, 0.0, 0.02);
+  }
+  Tensor forward(const Tensor& idx) {
+    const Tensor positions = arange(idx.size(1), TensorOptions(kInt64).device(idx.device()));
+    Tensor x = add(tok->forward(idx), pos->forward(positions));
+    for (auto& b : blocks) x = b->forward(x, {}, {}, true);
+    return head->forward(ln_f->forward(x)).reshape({-1, vocab_});
+  }
+
+ private:
+  int64_t vocab_;
+  nn::Embedding tok{nullptr}, pos{nullptr};
+  std::vector<nn::TransformerEncoderLayer> blocks;
+  nn::LayerNorm ln_f{nullptr};
+  nn::Linear head{nullptr};
+};
+EMBER_MODULE(GPT);
+
+Workload gpt(std::string name, int64_t d, int64_t context, int64_t depth, int64_t heads) {
+  Workload w{std::move(name), {d, 256}, "gelu", 1e-3, 0.0};
+  w.arch = "gpt";
+  w.input = {context};
+  w.depth = depth;
+  w.heads = heads;
+  w.optimizer = "adamw";
+  w.weight_decay = 1e-2;
+  w.clip_norm = 1.0;
+  return w;
+}
+
 // The resnet's blocks: (in, out, stride).
 constexpr int64_t kResnetBlocks[3][3] = {{16, 16, 1}, {16, 32, 2}, {32, 64, 2}};
 
@@ -101,6 +151,10 @@ const std::vector<Workload>& all_workloads() {
       // step's output -> Linear 10.
       conv_net("lstm", "lstm", {32, 64}, {256, 10}, 0.0),
       conv_net("gru2", "gru2", {32, 64}, {256, 10}, 0.0),
+      // Causal transformers over byte tokens (AdamW, clip_grad_norm_ 1.0): 4 blocks of d 128
+      // with 4 heads over 128 tokens, and 6 blocks of d 384 with 6 heads over 256.
+      gpt("gpt_small", 128, 128, 4, 4),
+      gpt("gpt_base", 384, 256, 6, 6),
   };
   return list;
 }
@@ -112,6 +166,26 @@ WorkloadCost workload_cost(const Workload& w) {
     c.input = static_cast<double>(w.layers.front());
     for (size_t i = 0; i + 1 < w.layers.size(); ++i)
       add_linear(c, w.layers[i], w.layers[i + 1], i + 2 < w.layers.size());
+    return c;
+  }
+  if (w.arch == "gpt") {
+    // Per sequence of T tokens and per block: the q, k, v and output projections (4 d^2 per
+    // token), the feed-forward (8 d^2), the scores and the weighted values (T d each, per
+    // token); then the tied output layer (d V per token). Activations: per token and block
+    // about 16 d (projections, norms, the feed-forward's 4 d twice) and the H T attention
+    // weights; the embedding lookup reads nothing to differentiate.
+    const int64_t d = w.layers[0], V = w.layers[1], T = w.input[0];
+    c.input = static_cast<double>(T);
+    for (int64_t l = 0; l < w.depth; ++l) {
+      c.macs.push_back(static_cast<double>(T * 4 * d * d));
+      c.macs.push_back(static_cast<double>(2 * T * T * d));
+      c.macs.push_back(static_cast<double>(T * 8 * d * d));
+      c.activations += static_cast<double>(T * 16 * d + w.heads * T * T);
+      c.params += static_cast<double>(12 * d * d + 13 * d);
+    }
+    c.macs.push_back(static_cast<double>(T * d * V));
+    c.params += static_cast<double>(V * d + T * d + 2 * d);
+    c.classes = static_cast<double>(T * V);
     return c;
   }
   if (w.arch == "lstm" || w.arch == "gru2") {
@@ -209,6 +283,11 @@ nlohmann::json describe(const Workload& w) {
     d["activations"] = c.activations;
     d["params"] = c.params;
   }
+  if (w.arch == "gpt") {
+    d["depth"] = w.depth;
+    d["heads"] = w.heads;
+  }
+  if (w.clip_norm > 0) d["clip_norm"] = w.clip_norm;
   return d;
 }
 
@@ -230,6 +309,9 @@ nn::Sequential build_model(const Workload& w) {
     seq->push_back(nn::Flatten());
   } else if (w.arch == "lstm" || w.arch == "gru2") {
     seq->push_back(LastStep(w.arch, w.input[1], w.layers.front()));
+  } else if (w.arch == "gpt") {
+    seq->push_back(GPT(w.layers[0], w.layers[1], w.input[0], w.depth, w.heads));
+    return seq;  // its output layer is the model's
   } else if (w.arch == "resnet") {
     seq->push_back(nn::Conv2d(nn::ConvOptions(w.input[0], 16, {3}).padding({1}).bias(false)));
     seq->push_back(nn::BatchNorm2d(16));
@@ -259,7 +341,8 @@ StepFloor step_floor(const Workload& w, int64_t batch) {
   StepFloor f;
   // Forward, grad of the activations and grad of the weights: 2 FLOP per MAC each; the first
   // layer's input needs no gradient.
-  f.flops = 6 * b * macs - 2 * b * c.macs.front();
+  // (A gpt's first product reads the embeddings, which do need their gradient.)
+  f.flops = 6 * b * macs - (w.arch == "gpt" ? 0 : 2 * b * c.macs.front());
   // Parameters: read forward, gradient written and read, weight read and written by the update
   // (5 passes), plus each optimizer state read and written. Per sample: the input read twice,
   // each activation touched about five times, the logits four times.

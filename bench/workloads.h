@@ -29,8 +29,14 @@ struct Workload {
   // flattened features first. "lstm" and "gru2": a recurrent layer (an LSTM, or two GRU layers)
   // over sequences of shape `input` ([T, features]), its last step -> the Linear `layers` (the
   // hidden size first).
+  // "gpt": a causal transformer over byte tokens: layers = {d_model, vocabulary}, input =
+  // {context}, `depth` pre-norm blocks of `heads` heads (TransformerEncoderLayer, GELU, feed-
+  // forward 4 d_model, no dropout), a final LayerNorm and an output layer tied to the token
+  // embedding; a sample is a sequence, the loss the mean over its tokens.
   std::string arch = "mlp";
   std::vector<int64_t> input{};  // mlp: unused (the sample is {layers[0]})
+  int64_t depth = 0, heads = 0;  // gpt only
+  double clip_norm = 0;          // > 0: clip_grad_norm_ before the optimizer step
 };
 
 // What the floor counts for a workload, per sample: the multiply-adds of each GEMM-like layer
