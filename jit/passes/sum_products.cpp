@@ -144,10 +144,10 @@ void sum_products(Graph& g) {
       if (ok) terms.push_back(t);
     }
     if (!ok) continue;
-    const Value& out = g.values[g.nodes[ri].out];
+    const Value out = g.values[g.nodes[ri].out];  // a copy: appends below grow g.values
     if (out.strides != contiguous_strides(out.shape) || out.offset != 0) continue;
     std::sort(terms.begin(), terms.end(), [](const Term& x, const Term& y) { return x.node < y.node; });
-    const Value& a0 = g.values[terms[0].a];
+    const Value a0 = g.values[terms[0].a];
     for (const Term& t : terms) {
       const Value& av = g.values[t.a];
       ok = ok && av.dtype == out.dtype && av.device == out.device;
