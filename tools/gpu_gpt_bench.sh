@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The transformer workloads in one GPU call (../shared/gpu/README.md): build, the CUDA tests
+# (or only the attention and JIT ones), Ember's gpt_small and gpt_base rows in float32 and bf16
+# beside PyTorch's, and the first compiled step with an empty cache.
+#   bash tools/gpu_gpt_bench.sh
+#   TESTS=attention bash tools/gpu_gpt_bench.sh     only the ctest cases matching "attention|jit"
+#   SKIP_TORCH=1 SKIP_AMP=1 bash tools/gpu_gpt_bench.sh
+set -uo pipefail
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+B=${BUILD_DIR:-/tmp/build}
+export PYTHONPATH=$PWD/.device/deps/usr/lib/python3/dist-packages:${PYTHONPATH:-}
+OUT=/tmp/device-logs BUILD_ONLY=1 bash .device/run.sh >/tmp/build.txt 2>&1 ||
+  { tail -30 /tmp/build.txt; grep -E "error" /tmp/device-logs/build.log | head -30; exit 1; }
+echo "== built at ${SECONDS}s"
+if [ -z "${SKIP_TESTS:-}" ]; then
+  sel=(-L cuda); [ -n "${TESTS:-}" ] && sel=(-L cuda -R "attention|jit|slice_sums|sum_products|reduction")
+  ( cd "$B" && timeout 300 ctest "${sel[@]}" -j4 --timeout 150 --output-on-failure ) >"$out/ctest.txt" 2>&1
+  grep -E "tests passed|tests failed|\(Failed\)|Timeout|SEGFAULT" "$out/ctest.txt" | head -20
+fi
+E="$B/bench/ember_bench run --no-first-step --repeats 5 --steps 20 --modes ${EMBER_MODES:-eager,default,reduce-overhead}"
+timeout 240 $E --workloads gpt_small --batches 32 --json "$out/ember_gpt_small.json" >/tmp/e1.txt 2>&1
+tail -5 /tmp/e1.txt
+timeout 240 $E --workloads gpt_base --batches 16 --json "$out/ember_gpt_base.json" >/tmp/e2.txt 2>&1
+tail -5 /tmp/e2.txt
+if [ -z "${SKIP_AMP:-}" ]; then
+  timeout 200 $E --workloads gpt_base --batches 16 --amp bf16 >/tmp/e3.txt 2>&1
+  tail -5 /tmp/e3.txt
+fi
+if [ -z "${SKIP_TORCH:-}" ]; then
+  T="python3 bench/torch_mlp.py --no-first-step --repeats 5 --steps 20 --modes ${TORCH_MODES:-eager,cuda-graph}"
+  timeout 200 $T --workloads gpt_small --batches 32 --json "$out/torch_gpt_small.json" >/tmp/t1.txt 2>&1
+  tail -4 /tmp/t1.txt
+  timeout 200 $T --workloads gpt_base --batches 16 --json "$out/torch_gpt_base.json" >/tmp/t2.txt 2>&1
+  tail -4 /tmp/t2.txt
+  if [ -z "${SKIP_AMP:-}" ]; then
+    timeout 200 $T --workloads gpt_base --batches 16 --amp bf16 >/tmp/t3.txt 2>&1
+    tail -4 /tmp/t3.txt
+  fi
+fi
+if [ -n "${FIRST_STEP:-}" ]; then  # the first compiled step in a new process, empty cache
+  EMBER_CACHE_DIR=$(mktemp -d) timeout 120 $B/bench/ember_bench run --repeats 1 --steps 2 \
+    --modes default --workloads gpt_small --batches 32 >/tmp/e4.txt 2>&1
+  tail -3 /tmp/e4.txt
+fi
+echo "== done at ${SECONDS}s"
