@@ -378,10 +378,21 @@ std::optional<double> run_self(const std::vector<std::string>& args,
 
 std::vector<std::string> child_args(const char* command, const Workload& w, const std::string& mode,
                                     int64_t batch, const Settings& s) {
-  std::vector<std::string> a = {command, "--device", s.dev.str(),           "--workload",
-                                w.name,  "--batch",  std::to_string(batch), "--mode",
-                                mode,    "--seed",   std::to_string(s.seed),
-                                "--optimizer", w.optimizer, "--amp", w.amp};
+  std::vector<std::string> a = {command,
+                                "--device",
+                                s.dev.str(),
+                                "--workload",
+                                w.name,
+                                "--batch",
+                                std::to_string(batch),
+                                "--mode",
+                                mode,
+                                "--seed",
+                                std::to_string(s.seed),
+                                "--optimizer",
+                                w.optimizer,
+                                "--amp",
+                                w.amp};
   if (s.tf32) a.emplace_back("--tf32");
   return a;
 }

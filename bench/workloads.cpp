@@ -21,7 +21,8 @@ class ResidualBlockImpl : public nn::Module {
  public:
   ResidualBlockImpl(int64_t in, int64_t out, int64_t stride) {
     conv1 = register_module(
-        "conv1", nn::Conv2d(nn::ConvOptions(in, out, {3}).stride({stride}).padding({1}).bias(false)));
+        "conv1",
+        nn::Conv2d(nn::ConvOptions(in, out, {3}).stride({stride}).padding({1}).bias(false)));
     bn1 = register_module("bn1", nn::BatchNorm2d(out));
     conv2 = register_module("conv2",
                             nn::Conv2d(nn::ConvOptions(out, out, {3}).padding({1}).bias(false)));
@@ -73,14 +74,14 @@ class GPTImpl : public nn::Module {
     tok = register_module("tok", nn::Embedding(vocab, d));
     pos = register_module("pos", nn::Embedding(context, d));
     for (int64_t l = 0; l < depth; ++l)
-      blocks.push_back(register_module(
-          "h" + std::to_string(l),
-          nn::TransformerEncoderLayer(nn::TransformerEncoderLayerOptions(d, heads)
-                                          .dim_feedforward(4 * d)
-                                          .dropout(0.0)
-                                          .activation("gelu")
-                                          .batch_first(true)
-                                          .norm_first(true))));
+      blocks.push_back(
+          register_module("h" + std::to_string(l),
+                          nn::TransformerEncoderLayer(nn::TransformerEncoderLayerOptions(d, heads)
+                                                          .dim_feedforward(4 * d)
+                                                          .dropout(0.0)
+                                                          .activation("gelu")
+                                                          .batch_first(true)
+                                                          .norm_first(true))));
     ln_f = register_module("ln_f", nn::LayerNorm(d));
     head = register_module("head", nn::Linear(nn::LinearOptions(d, vocab).bias(false)));
     head->weight = head->tie_parameter("weight", tok->weight);
@@ -126,7 +127,8 @@ void add_conv(WorkloadCost& c, int64_t cin, int64_t cout, int64_t k, int64_t str
   const double out = static_cast<double>(cout * h * w);
   c.macs.push_back(out * static_cast<double>(cin * k * k));
   c.activations += out;
-  c.params += static_cast<double>(cout * cin * k * k) + (bias ? cout : 0) + (batch_norm ? 2 * cout : 0);
+  c.params +=
+      static_cast<double>(cout * cin * k * k) + (bias ? cout : 0) + (batch_norm ? 2 * cout : 0);
 }
 
 void add_linear(WorkloadCost& c, int64_t in, int64_t out, bool hidden) {
@@ -260,8 +262,8 @@ Workload with_amp(const Workload& w, const std::string& amp) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Workload& w, std::vector<Tensor> params) {
   if (w.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(
-        std::move(params), optim::AdamWOptions(w.lr).weight_decay(w.weight_decay));
+    return std::make_unique<optim::AdamW>(std::move(params),
+                                          optim::AdamWOptions(w.lr).weight_decay(w.weight_decay));
   return std::make_unique<optim::SGD>(std::move(params),
                                       optim::SGDOptions(w.lr).momentum(w.momentum));
 }
@@ -273,8 +275,10 @@ nlohmann::json describe(const Workload& w) {
     o["betas"] = {0.9, 0.999};
     o["eps"] = 1e-8;
   }
-  nlohmann::json d = {
-      {"layers", w.layers}, {"activation", w.activation}, {"loss", "cross_entropy"}, {"optimizer", o}};
+  nlohmann::json d = {{"layers", w.layers},
+                      {"activation", w.activation},
+                      {"loss", "cross_entropy"},
+                      {"optimizer", o}};
   if (w.arch != "mlp") {
     const WorkloadCost c = workload_cost(w);
     d["arch"] = w.arch;
@@ -328,9 +332,7 @@ nn::Sequential build_model(const Workload& w) {
   return seq;
 }
 
-int64_t parameter_count(const Workload& w) {
-  return static_cast<int64_t>(workload_cost(w).params);
-}
+int64_t parameter_count(const Workload& w) { return static_cast<int64_t>(workload_cost(w).params); }
 
 StepFloor step_floor(const Workload& w, int64_t batch) {
   const auto b = static_cast<double>(batch);

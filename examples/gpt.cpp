@@ -98,7 +98,8 @@ struct Run {
     const int64_t warm = std::max<int64_t>(1, c.warmup), total = c.steps;
     sched = std::make_unique<optim::LambdaLR>(*opt, [warm, total](int64_t s) {
       if (s < warm) return static_cast<double>(s + 1) / static_cast<double>(warm);
-      const double t = static_cast<double>(s - warm) / static_cast<double>(std::max<int64_t>(1, total - warm));
+      const double t =
+          static_cast<double>(s - warm) / static_cast<double>(std::max<int64_t>(1, total - warm));
       return 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, t)));
     });
     rng.seed(c.seed);
@@ -202,9 +203,9 @@ double held_out_loss(GPT& model, const std::vector<int64_t>& ids, int64_t contex
         y.push_back(ids[static_cast<size_t>(w * context + t + 1)]);
       }
     const Tensor logits = model->forward(from_vector(x, {n, context}).to(dev));
-    total += nn::functional::cross_entropy(logits.reshape({-1, kVocab}),
-                                           from_vector(y, {n * context}).to(dev),
-                                           nn::CrossEntropyLossOptions().reduction(nn::Reduction::Sum))
+    total += nn::functional::cross_entropy(
+                 logits.reshape({-1, kVocab}), from_vector(y, {n * context}).to(dev),
+                 nn::CrossEntropyLossOptions().reduction(nn::Reduction::Sum))
                  .item<float>();
     count += n * context;
   }
@@ -266,16 +267,16 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", c.top_k, "sample among the k most likely bytes (0: all)");
   app.add_option("--min-gain", c.min_gain,
                  "exit 1 unless the held-out loss is this many nats below the unigram entropy");
-  app.add_flag("--check-resume", c.check_resume, "check that a resumed run ends where a straight one does");
+  app.add_flag("--check-resume", c.check_resume,
+               "check that a resumed run ends where a straight one does");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!std::filesystem::exists(c.text)) {
       std::fprintf(stderr, "gpt: %s not found\n", c.text.c_str());
       return 77;
     }
-    const Device dev = c.device == "auto"
-                           ? (cuda::is_available() ? Device::cuda(0) : Device::cpu())
-                           : Device::parse(c.device);
+    const Device dev = c.device == "auto" ? (cuda::is_available() ? Device::cuda(0) : Device::cpu())
+                                          : Device::parse(c.device);
     std::ifstream in(c.text, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
@@ -298,12 +299,13 @@ int main(int argc, char** argv) {
     unigram /= static_cast<double>(held.size());
 
     manual_seed(c.seed);
-    std::printf("gpt: %s, %zu train / %zu held-out bytes; %lld layers, d %lld, %lld heads, "
-                "context %lld, batch %lld; %s on %s\n",
-                c.text.c_str(), train.size(), held.size(), static_cast<long long>(c.layers),
-                static_cast<long long>(c.dim), static_cast<long long>(c.heads),
-                static_cast<long long>(c.context), static_cast<long long>(c.batch),
-                c.mode.c_str(), dev.str().c_str());
+    std::printf(
+        "gpt: %s, %zu train / %zu held-out bytes; %lld layers, d %lld, %lld heads, "
+        "context %lld, batch %lld; %s on %s\n",
+        c.text.c_str(), train.size(), held.size(), static_cast<long long>(c.layers),
+        static_cast<long long>(c.dim), static_cast<long long>(c.heads),
+        static_cast<long long>(c.context), static_cast<long long>(c.batch), c.mode.c_str(),
+        dev.str().c_str());
     Run run(c, dev, train);
     if (c.check_resume) {
       const std::string dir =
@@ -319,8 +321,7 @@ int main(int argc, char** argv) {
       const double resumed = again.train(half, c.steps, true);
       std::filesystem::remove_all(dir);
       std::printf("loss after %lld steps: straight %.9g, resumed from step %lld %.9g\n",
-                  static_cast<long long>(c.steps), straight, static_cast<long long>(half),
-                  resumed);
+                  static_cast<long long>(c.steps), straight, static_cast<long long>(half), resumed);
       if (straight != resumed) {
         std::fprintf(stderr, "gpt: the resumed run ended on a different loss\n");
         return 1;

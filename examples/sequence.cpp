@@ -96,8 +96,8 @@ int train_addition(const Config& c, const Device& dev) {
   optim::Adam opt(params, optim::AdamOptions(c.lr));
   nn::CrossEntropyLoss criterion;
   auto logits_of = [&](const Tensor& x) {
-    auto [out, state] = lstm->forward(x);                                   // [T, B, H]
-    return head->forward(out.reshape({-1, c.hidden}));                      // [T * B, 10]
+    auto [out, state] = lstm->forward(x);               // [T, B, H]
+    return head->forward(out.reshape({-1, c.hidden}));  // [T * B, 10]
   };
   auto step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
@@ -113,7 +113,7 @@ int train_addition(const Config& c, const Device& dev) {
     NoGradGuard no_grad;
     const Tensor pred = argmax(logits_of(held_out.x), 1).reshape(held_out.y.sizes());
     const Tensor right = eq(pred, held_out.y).to(kFloat32);  // [T, B]
-    return amin(right, {0}).sum().item<float>() / 1000.0;  // every digit right
+    return amin(right, {0}).sum().item<float>() / 1000.0;    // every digit right
   };
   std::printf("sequence add: %lld-digit numbers, LSTM(20, %lld), batch %lld, %s on %s\n",
               static_cast<long long>(c.digits), static_cast<long long>(c.hidden),
@@ -137,16 +137,18 @@ int train_addition(const Config& c, const Device& dev) {
   }
   {  // three held-out sums, as the model writes them
     NoGradGuard no_grad;
-    const std::vector<int64_t> pred = argmax(logits_of(held_out.x), 1).to(Device::cpu())
-                                          .to(kInt64).contiguous().to_vector<int64_t>();
+    const std::vector<int64_t> pred = argmax(logits_of(held_out.x), 1)
+                                          .to(Device::cpu())
+                                          .to(kInt64)
+                                          .contiguous()
+                                          .to_vector<int64_t>();
     for (int64_t i = 0; i < 3; ++i) {
       int64_t v = 0, scale = 1;
       for (int64_t t = 0; t <= c.digits; ++t, scale *= 10)
         v += pred[static_cast<size_t>(t * 1000 + i)] * scale;
       std::printf("  %lld + %lld = %lld (model: %lld)\n", static_cast<long long>(held_out.a[i]),
                   static_cast<long long>(held_out.b[i]),
-                  static_cast<long long>(held_out.a[i] + held_out.b[i]),
-                  static_cast<long long>(v));
+                  static_cast<long long>(held_out.a[i] + held_out.b[i]), static_cast<long long>(v));
     }
   }
   if (c.mode == "compiled")
@@ -250,7 +252,8 @@ int train_chars(const Config& c, const Device& dev) {
     std::string sample = prompt;
     std::optional<std::tuple<Tensor, Tensor>> state;
     std::vector<int64_t> feed;
-    for (char ch : prompt) feed.push_back(std::max<int64_t>(0, code[static_cast<unsigned char>(ch)]));
+    for (char ch : prompt)
+      feed.push_back(std::max<int64_t>(0, code[static_cast<unsigned char>(ch)]));
     for (int k = 0; k < 200; ++k) {
       const Tensor x = from_vector(feed, {1, static_cast<int64_t>(feed.size())}).to(dev);
       auto [out, st] = lstm->forward(embed->forward(x), state);
@@ -295,9 +298,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-loss", c.max_loss, "chars: exit 1 above this final epoch loss");
   CLI11_PARSE(app, argc, argv);
   try {
-    const Device dev = c.device == "auto"
-                           ? (cuda::is_available() ? Device::cuda(0) : Device::cpu())
-                           : Device::parse(c.device);
+    const Device dev = c.device == "auto" ? (cuda::is_available() ? Device::cuda(0) : Device::cpu())
+                                          : Device::parse(c.device);
     manual_seed(c.seed);
     return c.task == "add" ? train_addition(c, dev) : train_chars(c, dev);
   } catch (const Error& e) {

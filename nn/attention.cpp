@@ -62,8 +62,8 @@ Tensor functional::scaled_dot_product_attention(const Tensor& q, const Tensor& k
   check_float(k, "key", who);
   check_float(v, "value", who);
   EMBER_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, who,
-              ": query, key and value need at least 2 dims, got ", q.sizes(), ", ", k.sizes(),
-              ", ", v.sizes());
+              ": query, key and value need at least 2 dims, got ", q.sizes(), ", ", k.sizes(), ", ",
+              v.sizes());
   EMBER_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), who, ": query ", q.sizes(),
               ", key ", k.sizes(), " and value ", v.sizes(),
               " do not fit ([..., L, E], [..., S, E], [..., S, Ev])");
@@ -121,11 +121,10 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
   check_float(key, "key", who);
   check_float(value, "value", who);
   const bool unbatched = query.dim() == 2;
-  EMBER_CHECK((query.dim() == 3 || unbatched) && key.dim() == query.dim() &&
-                  value.dim() == query.dim(),
-              who, ": query, key and value must all be ", options.batch_first() ? "[N, L, E]" : "[L, N, E]",
-              " (or unbatched [L, E]), got ", query.sizes(), ", ", key.sizes(), ", ",
-              value.sizes());
+  EMBER_CHECK(
+      (query.dim() == 3 || unbatched) && key.dim() == query.dim() && value.dim() == query.dim(),
+      who, ": query, key and value must all be ", options.batch_first() ? "[N, L, E]" : "[L, N, E]",
+      " (or unbatched [L, E]), got ", query.sizes(), ", ", key.sizes(), ", ", value.sizes());
   EMBER_CHECK(query.size(-1) == E && key.size(-1) == E && value.size(-1) == E, who,
               ": embed_dim is ", E, ", got query ", query.sizes(), ", key ", key.sizes(),
               ", value ", value.sizes());
@@ -141,7 +140,8 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
   // The projections: one product when query, key and value are the same tensor (self-attention).
   Tensor q, k, v;
   if (query.is_same(key) && key.is_same(value)) {
-    const std::vector<Tensor> qkv = chunk(functional::linear(q_in, in_proj_weight, in_proj_bias), 3, -1);
+    const std::vector<Tensor> qkv =
+        chunk(functional::linear(q_in, in_proj_weight, in_proj_bias), 3, -1);
     q = qkv[0];
     k = qkv[1];
     v = qkv[2];
@@ -163,10 +163,10 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
   // The masks, as one additive float mask broadcast to [N * H, L, S].
   Tensor mask;
   if (attn_mask.defined()) {
-    const bool fits = attn_mask.sizes() == Shape({L, S}) || attn_mask.sizes() == Shape({N * H, L, S});
-    EMBER_CHECK(fits, who,
-                ": attn_mask must be [", L, ", ", S, "] or [", N * H, ", ", L, ", ", S, "], got ",
-                attn_mask.sizes());
+    const bool fits =
+        attn_mask.sizes() == Shape({L, S}) || attn_mask.sizes() == Shape({N * H, L, S});
+    EMBER_CHECK(fits, who, ": attn_mask must be [", L, ", ", S, "] or [", N * H, ", ", L, ", ", S,
+                "], got ", attn_mask.sizes());
     mask = additive_of(attn_mask, q, true);
   }
   if (key_padding_mask.defined()) {

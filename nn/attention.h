@@ -41,8 +41,8 @@ class MultiheadAttentionImpl : public Module {
   explicit MultiheadAttentionImpl(const MultiheadAttentionOptions& options);
   std::tuple<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                      const Tensor& key_padding_mask = {}, bool need_weights = true,
-                                     const Tensor& attn_mask = {},
-                                     bool average_attn_weights = true, bool is_causal = false);
+                                     const Tensor& attn_mask = {}, bool average_attn_weights = true,
+                                     bool is_causal = false);
   // xavier_uniform_ in_proj_weight, zero biases, out_proj's Linear init for its weight.
   void reset_parameters();
   void pretty_print(std::ostream& os) const override;

@@ -94,16 +94,17 @@ Tensor Module::register_parameter(std::string key, Tensor tensor, bool requires_
 }
 
 Tensor Module::tie_parameter(const std::string& key, const Tensor& shared) {
-  auto it = std::find_if(params_.begin(), params_.end(), [&](const auto& e) { return e.first == key; });
+  auto it =
+      std::find_if(params_.begin(), params_.end(), [&](const auto& e) { return e.first == key; });
   EMBER_CHECK(it != params_.end(), name(), ": tie_parameter: no parameter '", key, "'");
   EMBER_CHECK(shared.defined() && shared.requires_grad() && shared.is_leaf(), name(),
               ": tie_parameter: '", key, "' must be tied to another module's parameter");
   const Tensor& own = it->second;
   EMBER_CHECK(!own.defined() || (own.sizes() == shared.sizes() && own.dtype() == shared.dtype() &&
                                  own.device() == shared.device()),
-              name(), ": tie_parameter: '", key, "' is ", dtype_name(own.dtype()), " ",
-              own.sizes(), " on ", own.device().str(), ", the shared parameter ",
-              dtype_name(shared.dtype()), " ", shared.sizes(), " on ", shared.device().str());
+              name(), ": tie_parameter: '", key, "' is ", dtype_name(own.dtype()), " ", own.sizes(),
+              " on ", own.device().str(), ", the shared parameter ", dtype_name(shared.dtype()),
+              " ", shared.sizes(), " on ", shared.device().str());
   it->second = shared;
   return shared;
 }

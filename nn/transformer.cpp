@@ -11,18 +11,22 @@ TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const TransformerEncode
   EMBER_CHECK(o.activation() == "relu" || o.activation() == "gelu",
               "TransformerEncoderLayer: activation must be \"relu\" or \"gelu\", got \"",
               o.activation(), "\"");
-  EMBER_CHECK(o.dim_feedforward() > 0, "TransformerEncoderLayer: dim_feedforward must be "
-              "positive, got ", o.dim_feedforward());
+  EMBER_CHECK(o.dim_feedforward() > 0,
+              "TransformerEncoderLayer: dim_feedforward must be "
+              "positive, got ",
+              o.dim_feedforward());
   EMBER_CHECK(o.dropout() >= 0 && o.dropout() < 1,
               "TransformerEncoderLayer: dropout must be in [0, 1), got ", o.dropout());
-  self_attn = register_module(
-      "self_attn", MultiheadAttention(MultiheadAttentionOptions(o.d_model(), o.nhead())
-                                          .dropout(o.dropout())
-                                          .batch_first(o.batch_first())));
+  self_attn = register_module("self_attn",
+                              MultiheadAttention(MultiheadAttentionOptions(o.d_model(), o.nhead())
+                                                     .dropout(o.dropout())
+                                                     .batch_first(o.batch_first())));
   linear1 = register_module("linear1", Linear(o.d_model(), o.dim_feedforward()));
   linear2 = register_module("linear2", Linear(o.dim_feedforward(), o.d_model()));
-  norm1 = register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
-  norm2 = register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm1 =
+      register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm2 =
+      register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
 }
 
 Tensor TransformerEncoderLayerImpl::forward(const Tensor& src, const Tensor& src_mask,

@@ -41,7 +41,8 @@ void assemble_slice_sums(Graph& g) {
   for (size_t i = 0; i < nn; ++i) {
     g.writes(g.nodes[i], w);
     for (ValueId r : w) writes_of[r].push_back(static_cast<int32_t>(i));
-    for (ValueId in : g.nodes[i].inputs) readers[g.values[in].root].push_back(static_cast<int32_t>(i));
+    for (ValueId in : g.nodes[i].inputs)
+      readers[g.values[in].root].push_back(static_cast<int32_t>(i));
   }
   std::vector<char> named(nv, 0);  // outputs and grad effects: held by name after the replay
   for (ValueId o : g.outputs) named[o] = named[g.values[o].root] = 1;
@@ -116,7 +117,7 @@ void assemble_slice_sums(Graph& g) {
   std::vector<char> consumed(nn, 0);  // adds inside a tree already rewritten
   bool any = false;
   std::vector<std::pair<int32_t, Node>> inserts;  // fills to place before node index
-  for (size_t ri = nn; ri-- > 0;) {  // roots first: the last add of a tree comes last
+  for (size_t ri = nn; ri-- > 0;) {               // roots first: the last add of a tree comes last
     if (consumed[ri] || !is_sum_node(static_cast<int32_t>(ri))) continue;
     const ValueId out = g.nodes[ri].out;
     leaves.clear();

@@ -146,7 +146,8 @@ void sum_products(Graph& g) {
     if (!ok) continue;
     const Value out = g.values[g.nodes[ri].out];  // a copy: appends below grow g.values
     if (out.strides != contiguous_strides(out.shape) || out.offset != 0) continue;
-    std::sort(terms.begin(), terms.end(), [](const Term& x, const Term& y) { return x.node < y.node; });
+    std::sort(terms.begin(), terms.end(),
+              [](const Term& x, const Term& y) { return x.node < y.node; });
     const Value a0 = g.values[terms[0].a];
     for (const Term& t : terms) {
       const Value& av = g.values[t.a];
@@ -228,9 +229,10 @@ void sum_products(Graph& g) {
     }
     if (g.values[result].shape != out.shape || g.values[result].dtype != out.dtype) {
       g.nodes.resize(first_new);  // a view the joined form does not give: leave the tree
-      made_cats.erase(std::remove_if(made_cats.begin(), made_cats.end(),
-                                     [&](const Made& m) { return m.root == static_cast<int32_t>(ri); }),
-                      made_cats.end());
+      made_cats.erase(
+          std::remove_if(made_cats.begin(), made_cats.end(),
+                         [&](const Made& m) { return m.root == static_cast<int32_t>(ri); }),
+          made_cats.end());
       continue;
     }
     std::vector<Node> made;

@@ -192,10 +192,10 @@ void recurrent_weight(Device dev) {
   check_close(eager_b, test::read(b.grad()), 1e-5);
   const std::string graph = compiled.last_graph();
   INFO(graph);
-  CHECK(products(graph, "float32[4,4]") == 1);  // the weight's gradient: one product, not T
+  CHECK(products(graph, "float32[4,4]") == 1);          // the weight's gradient: one product, not T
   CHECK(products(graph, "float32[2,4]") == 2 * T - 1);  // forward chain, hidden-state gradient
   // The bias's: one column sum over the same joined gradients the product reads.
-  CHECK(count(graph, "= sum(") == 2);  // the loss, the bias gradient
+  CHECK(count(graph, "= sum(") == 2);   // the loss, the bias gradient
   CHECK(count(graph, " = cat(") == 2);  // the step gradients (shared), the hidden states
 }
 

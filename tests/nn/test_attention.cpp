@@ -14,8 +14,8 @@
 #include "nn/embedding.h"
 #include "nn/functional.h"
 #include "nn/linear.h"
-#include "nn/sequential.h"
 #include "nn/loss.h"
+#include "nn/sequential.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
 #include "test_util.h"
@@ -71,8 +71,7 @@ TEST_CASE("masked_fill, tril, triu", "[core][attention]") {
   CHECK_THROWS_WITH(tril(ones({4})), Contains("tril: expected at least 2 dims"));
 }
 
-TEST_CASE("scaled_dot_product_attention: gradients against finite differences",
-          "[nn][attention]") {
+TEST_CASE("scaled_dot_product_attention: gradients against finite differences", "[nn][attention]") {
   manual_seed(31);
   const TensorOptions o(kFloat64);
   const Tensor q = randn({2, 3, 4}, o).requires_grad_(true);
@@ -88,8 +87,8 @@ TEST_CASE("scaled_dot_product_attention: gradients against finite differences",
           if (variant == 1)
             return F::scaled_dot_product_attention(x[0], x[1], x[2], bias, 0.0, false, 0.7);
           // causal needs L == S: the first 3 keys
-          return F::scaled_dot_product_attention(x[0], x[1].slice(1, 0, 3), x[2].slice(1, 0, 3),
-                                                 {}, 0.0, true);
+          return F::scaled_dot_product_attention(x[0], x[1].slice(1, 0, 3), x[2].slice(1, 0, 3), {},
+                                                 0.0, true);
         },
         {q, k, v});
     CHECK(report.empty());
@@ -106,7 +105,8 @@ TEST_CASE("attention: errors name the layer and the shapes", "[nn][attention]") 
                     Contains("is_causal and an explicit attn_mask"));
   CHECK_THROWS_WITH(F::scaled_dot_product_attention(q, k, v, ones({4, 5})),
                     Contains("scaled_dot_product_attention") && Contains("[4, 5]"));
-  CHECK_THROWS_WITH(nn::MultiheadAttention(10, 3), Contains("embed_dim 10 is not divisible by num_heads 3"));
+  CHECK_THROWS_WITH(nn::MultiheadAttention(10, 3),
+                    Contains("embed_dim 10 is not divisible by num_heads 3"));
   nn::MultiheadAttention mha(8, 2);
   const Tensor x = randn({5, 2, 8});
   CHECK_THROWS_WITH(mha->forward(x, x, randn({5, 2, 6})),

@@ -50,10 +50,9 @@ void check_case(const nn::TensorFile& fx, const std::string& name, const json& c
   nn::MultiheadAttention mha{nullptr};
   nn::TransformerEncoderLayer layer{nullptr};
   if (kind == "MultiheadAttention") {
-    mha = nn::MultiheadAttention(
-        nn::MultiheadAttentionOptions(ctor["embed_dim"], ctor["num_heads"])
-            .bias(ctor.value("bias", true))
-            .batch_first(ctor.value("batch_first", false)));
+    mha = nn::MultiheadAttention(nn::MultiheadAttentionOptions(ctor["embed_dim"], ctor["num_heads"])
+                                     .bias(ctor.value("bias", true))
+                                     .batch_first(ctor.value("batch_first", false)));
     module = mha.ptr();
   } else if (kind == "TransformerEncoderLayer") {
     layer = nn::TransformerEncoderLayer(
@@ -103,8 +102,8 @@ void check_case(const nn::TensorFile& fx, const std::string& name, const json& c
       inputs.push_back({"k", k});
       inputs.push_back({"v", v});
     }
-    std::tie(out, weights) = mha->forward(q, k, v, kpm, call.value("need_weights", true),
-                                          attn_mask, call.value("average_attn_weights", true));
+    std::tie(out, weights) = mha->forward(q, k, v, kpm, call.value("need_weights", true), attn_mask,
+                                          call.value("average_attn_weights", true));
   } else {
     Tensor x = get("x").requires_grad_();
     inputs = {{"x", x}};
