@@ -4,6 +4,7 @@
 // own: subtract the row max so exp never overflows, sum in double, then either divide
 // (softmax) or subtract the log of the sum (log_softmax). Rows are addressed through strides,
 // so any layout works; the contract gives contiguous tensors, where dim = last is the fast case.
+// Rows (or tiles of rows) are split over the CPU pool; each is computed the same on any thread.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "core/parallel.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace ember::kernels::cpu {
@@ -63,9 +65,13 @@ void normalise_row(const T* x, int64_t xs, T* y, int64_t ys, int64_t n, double* 
 template <class T, bool kLog>
 void softmax_tiled(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
   constexpr int64_t kTile = 32;
-  double m[kTile], s[kTile];
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t c0 = 0; c0 < inner; c0 += kTile) {
+  const int64_t tiles = (inner + kTile - 1) / kTile;
+  // Tiles are independent: split them over the pool (each normalised the same on any thread).
+  const int64_t grain = std::max<int64_t>(1, kParallelGrainElements / (n * kTile));
+  parallel_for(outer * tiles, grain, [&](int64_t t0, int64_t t1) {
+    double m[kTile], s[kTile];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o = t / tiles, c0 = (t % tiles) * kTile;
       const int64_t w = std::min(kTile, inner - c0);
       const T* xb = x + o * n * inner + c0;
       T* yb = y + o * n * inner + c0;
@@ -94,7 +100,7 @@ void softmax_tiled(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
                 from_double<T>(std::exp(static_cast<double>(xb[j * inner + b]) - m[b]) * s[b]);
       }
     }
-  }
+  });
 }
 
 template <class T, bool kLog>
@@ -124,22 +130,32 @@ void softmax_typed(const Tensor& in, const Tensor& out, int dim) {
   const int64_t rx = in.dim() == 0 ? 0 : in.stride(dim), ry = in.dim() == 0 ? 0 : out.stride(dim);
   const T* x = static_cast<const T*>(in.raw_data());
   T* y = static_cast<T*>(out.raw_data());
-  std::unique_ptr<double[]> scratch(kLog ? nullptr : new double[n]);
-  int64_t idx[kMaxDims] = {};
-  int64_t xo = 0, yo = 0;
-  for (;;) {
-    normalise_row<T, kLog>(x + xo, rx, y + yo, ry, n, scratch.get());
-    int d = nd - 1;
-    for (; d >= 0; --d) {
-      xo += xs[d];
-      yo += ys[d];
-      if (++idx[d] < sizes[d]) break;
-      xo -= xs[d] * sizes[d];
-      yo -= ys[d] * sizes[d];
-      idx[d] = 0;
+  int64_t rows = 1;
+  for (int d = 0; d < nd; ++d) rows *= sizes[d];
+  // Rows are independent: split them over the pool, each range walking its rows in order.
+  const int64_t grain = std::max<int64_t>(1, kParallelGrainElements / std::max<int64_t>(n, 1));
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    std::unique_ptr<double[]> scratch(kLog ? nullptr : new double[n]);
+    int64_t idx[kMaxDims] = {};
+    int64_t xo = 0, yo = 0;
+    for (int64_t d = nd - 1, r = r0; d >= 0; --d) {  // the position of row r0
+      idx[d] = r % sizes[d];
+      r /= sizes[d];
+      xo += idx[d] * xs[d];
+      yo += idx[d] * ys[d];
     }
-    if (d < 0) return;
-  }
+    for (int64_t row = r0; row < r1; ++row) {
+      normalise_row<T, kLog>(x + xo, rx, y + yo, ry, n, scratch.get());
+      for (int d = nd - 1; d >= 0; --d) {
+        xo += xs[d];
+        yo += ys[d];
+        if (++idx[d] < sizes[d]) break;
+        xo -= xs[d] * sizes[d];
+        yo -= ys[d] * sizes[d];
+        idx[d] = 0;
+      }
+    }
+  });
 }
 
 }  // namespace

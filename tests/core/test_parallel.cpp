@@ -156,7 +156,10 @@ TEST_CASE("the large ops give the same bits on 1 and 3 threads", "[parallel]") {
     r.push_back(relu(a) * 2 + b.sum());  // pointwise with a broadcast scalar
     r.push_back(where(gt(a, zeros({})), a, zeros({})));
     r.push_back(randn({100003}));  // draws split at any index, an odd tail
-    r.push_back(softmax(a, 1));
+    r.push_back(softmax(a, 1));      // rows split over the pool
+    r.push_back(log_softmax(a, 1));
+    r.push_back(softmax(a, 0));      // dim not last: tiles of rows split over the pool
+    r.push_back(log_softmax(a, 0));
     return r;
   };
   set_num_threads(1);
