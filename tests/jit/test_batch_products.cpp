@@ -7,6 +7,7 @@
 #include "core/factory.h"
 #include "core/host_values.h"
 #include "core/ops.h"
+#include "graph_builders.h"
 #include "jit/compile.h"
 #include "jit/passes.h"
 #include "nn/rnn.h"
@@ -14,6 +15,7 @@
 
 using namespace ember;
 using namespace ember::jit;
+using namespace ember::jit::graph_test;
 
 namespace {
 
@@ -137,20 +139,7 @@ TEST_CASE("batch_products leaves dependent products and products across a write"
     const ValueId w = g.add_state(zeros({4, 5}));
     const ValueId one = g.add_constant(ones({}));
     const ValueId m0 = g.append(OpId::mm, {x0, w});
-    if (write_between) {
-      Value v = g.values[x1];
-      v.kind = ValueKind::Node;
-      v.producer = -1;
-      v.slot = -1;
-      Node inc;
-      inc.op = OpId::add;
-      inc.inputs = {x1, one};
-      inc.out = g.add_value(v);
-      g.values[inc.out].root = x1;
-      inc.inplace = true;
-      inc.inplace_of = x1;
-      g.add_node(inc);
-    }
+    if (write_between) write_inplace(g, OpId::add, {x1, one}, x1);  // x1 += 1
     const ValueId m1 = g.append(OpId::mm, {x1, w});
     g.outputs = {g.append(OpId::add, {m0, m1})};
     batch_products(g);
@@ -221,20 +210,7 @@ TEST_CASE("sum_products leaves a sum whose operand is written before the sum",
   const ValueId b = g.add_state(zeros({4, 5}));
   const ValueId one = g.add_constant(ones({}));
   const ValueId p0 = g.append(OpId::mm, {a0, b});
-  if (write_between) {  // a0 changes after its product, before the sum
-    Value v = g.values[a0];
-    v.kind = ValueKind::Node;
-    v.producer = -1;
-    v.slot = -1;
-    Node inc;
-    inc.op = OpId::add;
-    inc.inputs = {a0, one};
-    inc.out = g.add_value(v);
-    g.values[inc.out].root = a0;
-    inc.inplace = true;
-    inc.inplace_of = a0;
-    g.add_node(inc);
-  }
+  if (write_between) write_inplace(g, OpId::add, {a0, one}, a0);  // a0 changes after its product
   const ValueId p1 = g.append(OpId::mm, {a1, b});
   g.outputs = {g.append(OpId::add, {p0, p1})};
   sum_products(g);

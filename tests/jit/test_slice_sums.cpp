@@ -6,12 +6,14 @@
 #include "core/factory.h"
 #include "core/host_values.h"
 #include "core/ops.h"
+#include "graph_builders.h"
 #include "jit/compile.h"
 #include "jit/passes.h"
 #include "test_util.h"
 
 using namespace ember;
 using namespace ember::jit;
+using namespace ember::jit::graph_test;
 
 namespace {
 
@@ -124,53 +126,19 @@ TEST_CASE("slice_sums leaves a sum whose piece is written after its copy", "[jit
   const ValueId b = g.add_input(zeros({3, 4}), 1);
   const ValueId one = g.add_constant(ones({}));
   auto piece = [&](ValueId src, int64_t start) {
-    Attrs f;
-    f.value = Scalar(0.0);
-    Node fill;
-    fill.op = OpId::fill;
-    fill.attrs = f;
-    Value zv;
-    zv.shape = Shape{3, 8};
-    zv.strides = contiguous_strides(zv.shape);
-    zv.dtype = kFloat32;
-    fill.out = g.add_value(zv);
-    g.add_node(fill);
-    const ValueId z = fill.out;
-    Attrs s;
-    s.dim = 1;
-    s.start = start;
-    s.end = start + 4;
-    s.step = 1;
-    const ValueId view = g.append(OpId::slice, {z}, s);
-    Value dv = g.values[view];
-    dv.producer = -1;
-    const ValueId dst = g.add_value(dv);
-    g.values[dst].root = z;
-    Node copy;
-    copy.op = OpId::cast;
-    copy.attrs.dtype = kFloat32;
-    copy.inputs = {src};
-    copy.out = dst;
-    copy.inplace = true;
-    copy.inplace_of = view;
-    g.add_node(copy);
+    const ValueId z = fill_node(g, Shape{3, 8}, 0.0);
+    Attrs sl;
+    sl.dim = 1;
+    sl.start = start;
+    sl.end = start + 4;
+    sl.step = 1;
+    Attrs cast;
+    cast.dtype = kFloat32;
+    write_inplace(g, OpId::cast, {src}, g.append(OpId::slice, {z}, sl), cast);  // z[:, s] = src
     return z;
   };
   const ValueId z1 = piece(a, 0);
-  if (write_between) {
-    Value av = g.values[a];
-    av.kind = ValueKind::Node;
-    av.producer = -1;
-    av.slot = -1;
-    Node inc;
-    inc.op = OpId::add;
-    inc.inputs = {a, one};
-    inc.out = g.add_value(av);
-    g.values[inc.out].root = a;
-    inc.inplace = true;
-    inc.inplace_of = a;
-    g.add_node(inc);
-  }
+  if (write_between) write_inplace(g, OpId::add, {a, one}, a);  // a += 1
   const ValueId z2 = piece(b, 4);
   const ValueId sum = g.append(OpId::add, {z1, z2});
   g.outputs = {sum};
