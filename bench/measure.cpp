@@ -69,6 +69,7 @@ struct State {
   nn::CrossEntropyLoss criterion;
   Device dev;
   double clip_norm = 0;
+  std::vector<Tensor> params;  // what clip_grad_norm_ clips, listed once
   bool amp = false;
   DType amp_dtype = kBFloat16;
   std::unique_ptr<optim::GradScaler> scaler;  // fp16 only
@@ -76,7 +77,8 @@ struct State {
       : model(on_device(build_model(w), d)),
         opt(make_optimizer(w, model->parameters())),
         dev(d),
-        clip_norm(w.clip_norm) {
+        clip_norm(w.clip_norm),
+        params(model->parameters()) {
     amp = w.amp != "none";
     amp_dtype = w.amp == "fp16" ? kFloat16 : kBFloat16;
     if (w.amp == "fp16") scaler = std::make_unique<optim::GradScaler>(dev);
@@ -96,7 +98,7 @@ struct StepFn {
     if (!s->amp) {
       Tensor loss = s->criterion(s->model(x), y);
       loss.backward();
-      if (s->clip_norm > 0) nn::utils::clip_grad_norm_(s->model->parameters(), s->clip_norm);
+      if (s->clip_norm > 0) nn::utils::clip_grad_norm_(s->params, s->clip_norm);
       s->opt->step();
       return loss;
     }
@@ -109,13 +111,13 @@ struct StepFn {
       s->scaler->scale(loss).backward();
       if (s->clip_norm > 0) {  // clip the true gradients, as PyTorch's recipe does
         s->scaler->unscale_(*s->opt);
-        nn::utils::clip_grad_norm_(s->model->parameters(), s->clip_norm);
+        nn::utils::clip_grad_norm_(s->params, s->clip_norm);
       }
       s->scaler->step(*s->opt);
       s->scaler->update();
     } else {
       loss.backward();
-      if (s->clip_norm > 0) nn::utils::clip_grad_norm_(s->model->parameters(), s->clip_norm);
+      if (s->clip_norm > 0) nn::utils::clip_grad_norm_(s->params, s->clip_norm);
       s->opt->step();
     }
     return loss;
