@@ -16,6 +16,8 @@
 // Exits 77 (a skip, for ctest) when the text is missing.
 #include <ember/ember.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -23,6 +25,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numbers>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -100,7 +103,7 @@ struct Run {
       if (s < warm) return static_cast<double>(s + 1) / static_cast<double>(warm);
       const double t =
           static_cast<double>(s - warm) / static_cast<double>(std::max<int64_t>(1, total - warm));
-      return 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, t)));
+      return 0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * std::min(1.0, t)));
     });
     rng.seed(c.seed);
   }
