@@ -26,7 +26,8 @@ Tensor triangle(const Tensor& a, int64_t diagonal, bool lower, const char* who) 
   const Tensor offset = sub(arange(cols, o).view({1, cols}), arange(rows, o).view({rows, 1}));
   const Tensor d = full({}, diagonal, o);
   const Tensor keep = lower ? le(offset, d) : ge(offset, d);
-  return where(keep, a, Scalar(0));
+  // A zero of a's own dtype: a wrapped 0 would promote a bool input to int64.
+  return where(keep, a, zeros({}, TensorOptions(a.dtype()).device(a.device())));
 }
 
 }  // namespace

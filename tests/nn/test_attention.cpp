@@ -58,6 +58,11 @@ TEST_CASE("masked_fill, tril, triu", "[core][attention]") {
         CHECK(up[static_cast<size_t>(i * C + j)] == (j - i >= d ? v : 0.0));
       }
   }
+  // The dtype stays: a bool mask stays bool.
+  const Tensor mask_lo = tril(ones({2, 3}, TensorOptions(kBool)));
+  CHECK(mask_lo.dtype() == kBool);
+  CHECK(test::read(mask_lo.to(kFloat64)) == Vec{1, 0, 0, 1, 1, 0});
+  CHECK(triu(ones({2, 2}, TensorOptions(kInt32))).dtype() == kInt32);
   // Batched: the last two dims.
   CHECK(tril(ones({2, 2, 2})).sum().item<float>() == 6.0f);
   const Tensor mask = from_vector(std::vector<bool>{true, false, false, true, false}, {1, C});
