@@ -225,6 +225,22 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
     case OpId::max_pool2d:
       r[0] = dispatch(OpId::max_pool2d_backward, {g.contiguous(), in(n, 0)}, a);
       break;
+    case OpId::attention: {
+      // The backward rows recompute the probabilities from the row logsumexp, computed once
+      // here, and delta_i = sum_e grad_ie out_ie (core/ops.yaml).
+      const Tensor q = in(n, 0), k = in(n, 1), v = in(n, 2);
+      const Tensor gc = g.stride(-1) == 1 ? g : g.contiguous();
+      const Tensor lse = dispatch(OpId::attention_lse, {q, k}, a);
+      const DType st = attention_stats_dtype(q.dtype());
+      const Tensor delta = sum(gc.to(st) * out(n).to(st), {gc.dim() - 1});
+      if (need(0)) r[0] = dispatch(OpId::attention_backward_query, {gc, q, k, v, lse, delta}, a);
+      if (need(1) || need(2)) {
+        const Tensor kv = dispatch(OpId::attention_backward_kv, {gc, q, k, v, lse, delta}, a);
+        r[1] = kv.select(0, 0);
+        r[2] = kv.select(0, 1);
+      }
+      break;
+    }
     case OpId::softmax: {
       const Tensor y = out(n);
       r[0] = y * (g - sum(g * y, {a.dim}, /*keepdim=*/true));

@@ -18,6 +18,9 @@ struct OutputMeta {
   int64_t offset = 0;  // views only
 };
 
+// The dtype of the attention rows' row statistics (lse, delta: core/ops.yaml).
+inline DType attention_stats_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
 // Validates inputs and attrs of `op` and infers its output; throws ember::Error on bad input.
 OutputMeta infer_meta(OpId op, std::span<const Tensor> inputs, const Attrs& attrs);
 

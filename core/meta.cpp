@@ -240,13 +240,13 @@ ConvShapes conv_shapes(OpId op, std::span<const Tensor> in, const Attrs& a) {
   check_dtype(op, in[0].dtype(), 0);
   EMBER_CHECK(in[1].dtype() == in[0].dtype(), name, ": inputs are ", dtype_name(in[0].dtype()),
               " and ", dtype_name(in[1].dtype()), "; expected one dtype");
-  EMBER_CHECK(a.conv_stride.size() == 2 && a.conv_padding.size() == 2 &&
-                  a.conv_dilation.size() == 2,
-              name, ": stride, padding and dilation take 2 values each, got ", a.conv_stride,
-              ", ", a.conv_padding, " and ", a.conv_dilation);
+  EMBER_CHECK(
+      a.conv_stride.size() == 2 && a.conv_padding.size() == 2 && a.conv_dilation.size() == 2, name,
+      ": stride, padding and dilation take 2 values each, got ", a.conv_stride, ", ",
+      a.conv_padding, " and ", a.conv_dilation);
   for (int i = 0; i < 2; ++i)
-    EMBER_CHECK(a.conv_stride[i] >= 1 && a.conv_dilation[i] >= 1 && a.conv_padding[i] >= 0,
-                name, ": stride ", a.conv_stride, " and dilation ", a.conv_dilation,
+    EMBER_CHECK(a.conv_stride[i] >= 1 && a.conv_dilation[i] >= 1 && a.conv_padding[i] >= 0, name,
+                ": stride ", a.conv_stride, " and dilation ", a.conv_dilation,
                 " must be positive and padding ", a.conv_padding, " non-negative");
   EMBER_CHECK(a.groups >= 1, name, ": groups must be positive, got ", a.groups);
   ConvShapes c;
@@ -305,6 +305,62 @@ Shape pool_shape(OpId op, const Tensor& x, const Attrs& a) {
     out[2 + i] = o;
   }
   return out;
+}
+
+// The attention rows (core/ops.yaml): q [..., L, E], k and v [..., S, E] with one or two equal
+// batch dims and unit last strides; the backward rows also take grad [..., L, E] and the float32
+// lse and delta [..., L].
+OutputMeta attention_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
+  const std::string_view name = op_name(op);
+  const bool backward = op == OpId::attention_backward_query || op == OpId::attention_backward_kv;
+  const size_t want = op == OpId::attention ? 3 : op == OpId::attention_lse ? 2 : 6;
+  EMBER_CHECK(in.size() == want, name, ": expected ", want, " inputs, got ", in.size());
+  common_device(op, in, false);
+  const std::span<const Tensor> qkv =
+      in.subspan(backward ? 1 : 0, op == OpId::attention_lse ? 2 : 3);
+  const Tensor& q = qkv[0];
+  check_dtype(op, q.dtype(), 0);
+  const int64_t n = q.dim();
+  EMBER_CHECK(n == 3 || n == 4, name, ": expected [B, L, E] or [B1, B2, L, E] queries, got ",
+              q.sizes());
+  for (const Tensor& t : qkv) {
+    EMBER_CHECK(t.dtype() == q.dtype() && t.dim() == n, name, ": query, key and value must share ",
+                "a dtype and rank, got ", dtype_name(t.dtype()), " ", t.sizes(), " beside ",
+                dtype_name(q.dtype()), " ", q.sizes());
+    EMBER_CHECK(
+        t.size(-1) == q.size(-1) && t.size(0) == q.size(0) && t.size(n - 3) == q.size(n - 3), name,
+        ": query ", q.sizes(), " and key/value ", t.sizes(),
+        " must share their batch dims and head size");
+    EMBER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, name, ": the last dim must be contiguous, ",
+                "got strides ", t.strides());
+  }
+  EMBER_CHECK(qkv.size() < 3 || qkv[1].size(-2) == qkv[2].size(-2), name, ": key ", qkv[1].sizes(),
+              " and value ", qkv[2].sizes(), " must have as many rows");
+  EMBER_CHECK(a.attn_scale == a.attn_scale, name, ": attn_scale is NaN");
+  Shape rows = q.sizes();
+  rows.resize(rows.size() - 1);  // [..., L]
+  const DType stats = attention_stats_dtype(q.dtype());
+  if (backward) {
+    EMBER_CHECK(in[0].sizes() == q.sizes() && in[0].dtype() == q.dtype() &&
+                    (in[0].size(-1) <= 1 || in[0].stride(-1) == 1),
+                name, ": grad must be ", dtype_name(q.dtype()), " ", q.sizes(),
+                " with a contiguous last dim, got ", dtype_name(in[0].dtype()), " ", in[0].sizes());
+    for (int i = 4; i < 6; ++i)
+      EMBER_CHECK(in[i].sizes() == rows && in[i].dtype() == stats && in[i].is_contiguous(), name,
+                  ": ", i == 4 ? "lse" : "delta", " must be a contiguous ", dtype_name(stats), " ",
+                  rows, ", got ", dtype_name(in[i].dtype()), " ", in[i].sizes());
+  }
+  switch (op) {
+    case OpId::attention_lse:
+      return {rows, stats, q.device()};
+    case OpId::attention_backward_kv: {
+      Shape s = qkv[1].sizes();
+      s.insert(0, 2);
+      return {s, q.dtype(), q.device()};
+    }
+    default:
+      return {q.sizes(), q.dtype(), q.device()};
+  }
 }
 
 }  // namespace
@@ -465,14 +521,13 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       EMBER_CHECK(in[0].dtype() == want.hyper_dtype && in[0].numel() == want.hyper &&
                       in[0].device() == dev && in[0].is_contiguous(),
                   name, ": hyperparameters must be a contiguous ", dtype_name(want.hyper_dtype),
-                  " [", want.hyper,
-                  "] tensor on ", dev.str(), ", got ", dtype_name(in[0].dtype()), " ",
-                  in[0].sizes(), " on ", in[0].device().str());
+                  " [", want.hyper, "] tensor on ", dev.str(), ", got ", dtype_name(in[0].dtype()),
+                  " ", in[0].sizes(), " on ", in[0].device().str());
       EMBER_CHECK(layout.lists == (op == OpId::amp_unscale ? 1 : 2), name,
                   op == OpId::amp_unscale ? ": needs grads_only" : ": grads_only is amp_unscale's");
       const char* slot1 = op == OpId::amp_unscale ? "found_inf" : "step";
-      EMBER_CHECK(in[1].numel() == 1 && in[1].dtype() == kFloat32 && in[1].device() == dev,
-                  name, ": ", slot1, " must be a float32 scalar on ", dev.str(), ", got ",
+      EMBER_CHECK(in[1].numel() == 1 && in[1].dtype() == kFloat32 && in[1].device() == dev, name,
+                  ": ", slot1, " must be a float32 scalar on ", dev.str(), ", got ",
                   dtype_name(in[1].dtype()), " ", in[1].sizes(), " on ", in[1].device().str());
       if (layout.reads_found_inf) {
         const Tensor& f = in[layout.found_inf()];
@@ -488,8 +543,8 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
           const Tensor& t = in[g < 0 ? layout.grad(i) : layout.state(g, i)];
           EMBER_CHECK(t.sizes() == p.sizes() && t.dtype() == p.dtype() && t.device() == dev &&
                           t.is_contiguous(),
-                      name, ": ", g < 0 ? "gradient" : "state tensor", " of parameter ", i,
-                      " is ", dtype_name(t.dtype()), " ", t.sizes(), " on ", t.device().str(),
+                      name, ": ", g < 0 ? "gradient" : "state tensor", " of parameter ", i, " is ",
+                      dtype_name(t.dtype()), " ", t.sizes(), " on ", t.device().str(),
                       ", expected a contiguous ", dtype_name(p.dtype()), " ", p.sizes(), " on ",
                       dev.str());
         }
@@ -498,9 +553,7 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
     }
     case OpKind::Conv: {
       const ConvShapes c = conv_shapes(op, in, a);
-      const Shape& shape = op == OpId::conv2d                  ? c.y
-                           : op == OpId::conv2d_backward_input ? c.x
-                                                               : c.w;
+      const Shape& shape = op == OpId::conv2d ? c.y : op == OpId::conv2d_backward_input ? c.x : c.w;
       return {shape, in[0].dtype(), in[0].device()};
     }
     case OpKind::Pool: {
@@ -516,6 +569,8 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                   dtype_name(in[0].dtype()), " ", in[0].sizes());
       return {in[1].sizes(), in[1].dtype(), in[1].device()};
     }
+    case OpKind::Attention:
+      return attention_meta(op, in, a);
     case OpKind::Transfer:
       EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");
       if (a.device.is_cuda()) {

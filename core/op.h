@@ -28,7 +28,8 @@ enum class OpKind : uint8_t {
   Transfer,
   MultiTensor,
   Conv,
-  Pool
+  Pool,
+  Attention
 };
 enum class OutRule : uint8_t { Same, IntToFloat, ToBool, ToInt64, Index, Cast };
 

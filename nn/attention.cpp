@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -18,8 +19,48 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // Scores are q k^T * scale over the last two dims; `keep_causal` limits query i to keys j <= i;
 // `additive` (float, broadcast to the scores) is added. Returns softmax(scores) (after dropout
 // when p > 0) times v, and the weights through `weights` when asked.
+// The fused row (core/ops.yaml "fused attention") where its CUDA kernels apply: no explicit
+// mask, no dropout, no weights asked for, one head size up to kMaxFusedHead for queries, keys and
+// values. Elsewhere (and on the CPU, where the composition runs on the BLAS) the composition.
+constexpr int64_t kMaxFusedHead = 128;
+
+bool fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& additive,
+                   double p, const Tensor* weights) {
+  return q.device().is_cuda() && !additive.defined() && p == 0 && !weights &&
+         q.dtype() != kFloat64 && q.size(-1) == v.size(-1) && q.size(-1) <= kMaxFusedHead &&
+         q.size(-2) > 0 && k.size(-2) > 0;
+}
+
+// Broadcasts the batch dims, folds them into at most two and runs the row.
+Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  auto lead = [](const Tensor& t) {
+    Shape s = t.sizes();
+    s.resize(s.size() - 2);
+    return s;
+  };
+  const Shape batch =
+      broadcast_shapes(lead(q), broadcast_shapes(lead(k), lead(v), "attention"), "attention");
+  auto fit = [&](const Tensor& t) {
+    Shape s = batch;
+    s.push_back(t.size(-2));
+    s.push_back(t.size(-1));
+    Tensor e = t.expand(s);
+    if (batch.size() > 2 || batch.empty()) e = e.reshape({-1, t.size(-2), t.size(-1)});
+    return e.stride(-1) == 1 ? e : e.contiguous();
+  };
+  Attrs a;
+  a.attn_scale = scale;
+  a.causal = causal;
+  Tensor o = dispatch(OpId::attention, {fit(q), fit(k), fit(v)}, a);
+  Shape out = batch;
+  out.push_back(q.size(-2));
+  out.push_back(v.size(-1));
+  return o.reshape(out);
+}
+
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& additive,
               bool causal, double scale, double p, Generator* gen, Tensor* weights) {
+  if (fused_applies(q, k, v, additive, p, weights)) return fused(q, k, v, causal, scale);
   Tensor scores = matmul(q * scale, k.transpose(-2, -1));
   if (causal) {
     const int64_t L = q.size(-2), S = k.size(-2);

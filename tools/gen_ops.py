@@ -23,7 +23,8 @@ import sys
 import yaml
 
 KINDS = {"Nullary", "Unary", "Binary", "Ternary", "Reduce", "Matmul", "Softmax", "Loss", "Index",
-         "Cat", "View", "Factory", "Random", "Transfer", "MultiTensor", "Conv", "Pool"}
+         "Cat", "View", "Factory", "Random", "Transfer", "MultiTensor", "Conv", "Pool",
+         "Attention"}
 POINTWISE = {"Nullary", "Unary", "Binary", "Ternary"}
 RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast"}
 DTYPES = {"float": "kFloatTypes", "numeric": "kNumericTypes", "all": "kAllTypes",

@@ -31,6 +31,8 @@ void run_cpu(const KernelCall& c) {
       return cpu::conv(c);
     case OpKind::Pool:
       return cpu::pool(c);
+    case OpKind::Attention:
+      return cpu::attention(c);
     case OpKind::View:
     case OpKind::Transfer:
       break;

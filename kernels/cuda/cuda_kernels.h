@@ -17,6 +17,7 @@ void random(const KernelCall& call);
 void multi_tensor(const KernelCall& call);  // sgd_update (optim/)
 void pool(const KernelCall& call);          // pool.cu: max_pool2d and its backward row
 void conv(const KernelCall& call);          // conv.cpp: conv2d and its backward rows (cuDNN)
+void attention(const KernelCall& call);     // attention.cu: the fused attention rows
 // adam_update, rmsprop_update, adagrad_update (optimizer_kernels.cu)
 void optimizer_update(const KernelCall& call);
 void amp_unscale(const KernelCall& call);  // amp.cu: GradScaler's unscale and inf check

@@ -39,6 +39,8 @@ void run_cuda(const KernelCall& call) {
       return cuda::conv(call);
     case OpKind::Pool:
       return cuda::pool(call);
+    case OpKind::Attention:
+      return cuda::attention(call);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -1,0 +1,467 @@
+// The fused attention rows on CUDA (core/ops.yaml "fused attention"), flash-attention style:
+// a block takes a 64-row tile of queries (keys, for attention_backward_kv) against the other
+// side streamed through shared memory in 64-row tiles, so the [L, S] scores never reach memory.
+// The forward keeps a running row maximum and sum (online softmax); the backward rows
+// recompute the probabilities from the row logsumexp. Causal tiles wholly above the diagonal are
+// never loaded. Storage may be float, half or bfloat16; all arithmetic is float. Scores are
+// kept in base 2 (the queries are scaled by scale * log2(e)) so each exponential is one exp2.
+//
+// Work split: 128 threads; thread (tr, tc) = (tid / 8, tid % 8) owns rows 4 tr .. 4 tr + 3 of a
+// tile and columns tc + 8 j, so a row's 8 owners are neighbouring lanes (row sums and maxima
+// are three shuffles) and shared-memory reads are conflict-free: a row of A is broadcast,
+// the 8 columns of B fall in distinct banks (row pitch D + 1).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "kernels/attention_geometry.h"
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_util.h"
+#include "kernels/cuda/runtime.h"
+
+namespace ember::kernels::cuda {
+namespace {
+
+constexpr int kTile = 64;           // rows per tile, on both sides
+constexpr int kThreads = 128;       // 16 row groups of 4 x 8 column lanes
+constexpr int kPitchP = kTile + 2;  // probability tiles: 4 row groups of a warp in distinct banks
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Operand {
+  const void* p = nullptr;
+  int64_t b1 = 0, b2 = 0, row = 0;
+};
+
+struct Params {
+  Operand q, k, v, go;  // go: the output's gradient (backward rows)
+  void* out = nullptr;
+  const float* lse = nullptr;
+  const float* delta = nullptr;
+  int64_t batch2 = 1;
+  int L = 0, S = 0, E = 0;
+  int tiles = 1;     // tiles per batch entry on the block's own side
+  float scale = 1;   // the attention's scale
+  float scale2 = 1;  // scale * log2(e)
+  bool causal = false;
+};
+
+template <class T>
+__device__ __forceinline__ const T* batch_rows(const Operand& o, int64_t b, int64_t batch2) {
+  return static_cast<const T*>(o.p) + (b / batch2) * o.b1 + (b % batch2) * o.b2;
+}
+
+// Rows [r0, r0 + kTile) of an operand into a [kTile][D + 1] float tile, times `mul`; zeros past
+// `rows` and past the head size E.
+template <class T, int D>
+__device__ __forceinline__ void load_tile(float* dst, const T* src, int64_t pitch, int r0, int rows,
+                                          int E, float mul) {
+  for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
+    const int r = idx / D, e = idx % D;
+    float x = 0.f;
+    if (r0 + r < rows && e < E)
+      x = dev::to_acc<float>(src[static_cast<int64_t>(r0 + r) * pitch + e]) * mul;
+    dst[r * (D + 1) + e] = x;
+  }
+}
+
+// s[i][j] = A[4 tr + i] . B[tc + 8 j] over D, for [kTile][D + 1] tiles A and B.
+template <int D>
+__device__ __forceinline__ void tile_dot(const float* A, const float* B, float (&s)[4][8]) {
+  const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[i][j] = 0.f;
+#pragma unroll 4
+  for (int k = 0; k < D; ++k) {
+    float a[4], b[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = A[(4 * tr + i) * (D + 1) + k];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b[j] = B[(tc + 8 * j) * (D + 1) + k];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s[i][j] = fmaf(a[i], b[j], s[i][j]);
+  }
+}
+
+// acc[i][j] += sum_n P[4 tr + i][n] * V[n][tc + 8 j] for a [kTile][kPitchP] P and a
+// [kTile][D + 1] V.
+template <int D>
+__device__ __forceinline__ void tile_times(const float* P, const float* V, float (&acc)[4][D / 8]) {
+  const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
+#pragma unroll 4
+  for (int n = 0; n < kTile; ++n) {
+    float a[4], b[D / 8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = P[(4 * tr + i) * kPitchP + n];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) b[j] = V[n * (D + 1) + tc + 8 * j];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+  }
+}
+
+// Over a row's 8 owning lanes.
+__device__ __forceinline__ float row_max(float x) {
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+__device__ __forceinline__ float row_sum(float x) {
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// Which tile of which batch entry a block takes; for causal work the long tiles (late query
+// tiles, early key tiles) are handed out first.
+struct TileOf {
+  int64_t b;
+  int t;
+};
+__device__ __forceinline__ TileOf tile_of(const Params& p, bool late_first) {
+  const int64_t b = blockIdx.x / p.tiles;
+  const int r = static_cast<int>(blockIdx.x % p.tiles);
+  return {b, late_first ? p.tiles - 1 - r : r};
+}
+
+// attention (kLseOnly false: writes the output) and attention_lse (kLseOnly: writes the row
+// logsumexp, natural log, float).
+template <class T, int D, bool kLseOnly>
+__global__ void __launch_bounds__(kThreads) attention_forward(Params p) {
+  extern __shared__ float sm[];
+  float* Qs = sm;
+  float* Ks = Qs + kTile * (D + 1);
+  float* Vs = Ks + kTile * (D + 1);
+  float* Ps = Vs + kTile * (D + 1);
+  const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
+  const TileOf at = tile_of(p, p.causal);
+  const int m0 = at.t * kTile;
+  const T* q = batch_rows<T>(p.q, at.b, p.batch2);
+  const T* k = batch_rows<T>(p.k, at.b, p.batch2);
+  const T* v = kLseOnly ? nullptr : batch_rows<T>(p.v, at.b, p.batch2);
+  load_tile<T, D>(Qs, q, p.q.row, m0, p.L, p.E, p.scale2);
+  float m[4], l[4], acc[4][D / 8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) acc[i][j] = 0.f;
+  }
+  const int n_end = p.causal ? min(p.S, m0 + kTile) : p.S;
+  for (int n0 = 0; n0 < n_end; n0 += kTile) {
+    __syncthreads();  // the previous tile's reads are done
+    load_tile<T, D>(Ks, k, p.k.row, n0, p.S, p.E, 1.f);
+    if (!kLseOnly) load_tile<T, D>(Vs, v, p.v.row, n0, p.S, p.E, 1.f);
+    __syncthreads();
+    float s[4][8];
+    tile_dot<D>(Qs, Ks, s);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = m0 + 4 * tr + i;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = n0 + tc + 8 * j;
+        if (col >= p.S || (p.causal && col > row)) s[i][j] = -INFINITY;
+        mx = fmaxf(mx, s[i][j]);
+      }
+      const float mnew = fmaxf(m[i], row_max(mx));
+      // A row that has seen no key yet keeps m = -inf; its terms must be 0, not exp2(NaN).
+      const float base = mnew == -INFINITY ? 0.f : mnew;
+      const float alpha = exp2f(m[i] - base);
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float e = exp2f(s[i][j] - base);
+        sum += e;
+        if (!kLseOnly) Ps[(4 * tr + i) * kPitchP + tc + 8 * j] = e;
+      }
+      l[i] = l[i] * alpha + row_sum(sum);
+      m[i] = mnew;
+      if (!kLseOnly) {
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) acc[i][j] *= alpha;
+      }
+    }
+    if (!kLseOnly) {
+      __syncthreads();
+      tile_times<D>(Ps, Vs, acc);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = m0 + 4 * tr + i;
+    if (row >= p.L) continue;
+    const int64_t r = at.b * p.L + row;
+    if (kLseOnly) {
+      if (tc == 0)
+        static_cast<float*>(p.out)[r] = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+      continue;
+    }
+    const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+    T* o = static_cast<T*>(p.out) + r * p.E;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int e = tc + 8 * j;
+      if (e < p.E) o[e] = dev::from_acc<T, float>(acc[i][j] * inv);
+    }
+  }
+}
+
+// attention_backward_query: dq_i = scale sum_j P_ij (dO_i . v_j - delta_i) k_j.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) attention_backward_query(Params p) {
+  extern __shared__ float sm[];
+  float* Qs = sm;
+  float* Gs = Qs + kTile * (D + 1);
+  float* Ks = Gs + kTile * (D + 1);
+  float* Vs = Ks + kTile * (D + 1);
+  float* Ds = Vs + kTile * (D + 1);
+  const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
+  const TileOf at = tile_of(p, p.causal);
+  const int m0 = at.t * kTile;
+  const T* k = batch_rows<T>(p.k, at.b, p.batch2);
+  const T* v = batch_rows<T>(p.v, at.b, p.batch2);
+  load_tile<T, D>(Qs, batch_rows<T>(p.q, at.b, p.batch2), p.q.row, m0, p.L, p.E, p.scale2);
+  load_tile<T, D>(Gs, batch_rows<T>(p.go, at.b, p.batch2), p.go.row, m0, p.L, p.E, 1.f);
+  float lse2[4], dl[4], dq[4][D / 8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = m0 + 4 * tr + i;
+    const bool in = row < p.L;
+    lse2[i] = in ? p.lse[at.b * p.L + row] * kLog2e : 0.f;
+    dl[i] = in ? p.delta[at.b * p.L + row] : 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) dq[i][j] = 0.f;
+  }
+  const int n_end = p.causal ? min(p.S, m0 + kTile) : p.S;
+  for (int n0 = 0; n0 < n_end; n0 += kTile) {
+    __syncthreads();
+    load_tile<T, D>(Ks, k, p.k.row, n0, p.S, p.E, 1.f);
+    load_tile<T, D>(Vs, v, p.v.row, n0, p.S, p.E, 1.f);
+    __syncthreads();
+    float s[4][8], dp[4][8];
+    tile_dot<D>(Qs, Ks, s);
+    tile_dot<D>(Gs, Vs, dp);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = m0 + 4 * tr + i;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = n0 + tc + 8 * j;
+        const bool seen = row < p.L && col < p.S && !(p.causal && col > row);
+        const float pr = seen ? exp2f(s[i][j] - lse2[i]) : 0.f;
+        Ds[(4 * tr + i) * kPitchP + tc + 8 * j] = pr * (dp[i][j] - dl[i]);
+      }
+    }
+    __syncthreads();
+    tile_times<D>(Ds, Ks, dq);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = m0 + 4 * tr + i;
+    if (row >= p.L) continue;
+    T* o = static_cast<T*>(p.out) + (at.b * p.L + row) * p.E;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int e = tc + 8 * j;
+      if (e < p.E) o[e] = dev::from_acc<T, float>(dq[i][j] * p.scale);
+    }
+  }
+}
+
+// attention_backward_kv: for key j, dv_j = sum_i P_ij dO_i and dk_j = scale sum_i dS_ij q_i
+// over the queries that see it; written as [2, ..., S, E] (dk, then dv).
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) attention_backward_kv(Params p) {
+  extern __shared__ float sm[];
+  float* Ks = sm;
+  float* Vs = Ks + kTile * (D + 1);
+  float* Qs = Vs + kTile * (D + 1);
+  float* Gs = Qs + kTile * (D + 1);
+  float* Ps = Gs + kTile * (D + 1);
+  float* Ds = Ps + kTile * kPitchP;
+  float* lse2 = Ds + kTile * kPitchP;
+  float* dl = lse2 + kTile;
+  const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
+  const TileOf at = tile_of(p, false);
+  const int n0 = at.t * kTile;
+  const T* q = batch_rows<T>(p.q, at.b, p.batch2);
+  const T* go = batch_rows<T>(p.go, at.b, p.batch2);
+  load_tile<T, D>(Ks, batch_rows<T>(p.k, at.b, p.batch2), p.k.row, n0, p.S, p.E, p.scale2);
+  load_tile<T, D>(Vs, batch_rows<T>(p.v, at.b, p.batch2), p.v.row, n0, p.S, p.E, 1.f);
+  float dk[4][D / 8], dv[4][D / 8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) dk[i][j] = dv[i][j] = 0.f;
+  // Queries before the key tile's first row see none of it when causal.
+  for (int m0 = p.causal ? n0 / kTile * kTile : 0; m0 < p.L; m0 += kTile) {
+    __syncthreads();
+    load_tile<T, D>(Qs, q, p.q.row, m0, p.L, p.E, 1.f);
+    load_tile<T, D>(Gs, go, p.go.row, m0, p.L, p.E, 1.f);
+    for (int r = threadIdx.x; r < kTile; r += kThreads) {
+      const bool in = m0 + r < p.L;
+      lse2[r] = in ? p.lse[at.b * p.L + m0 + r] * kLog2e : 0.f;
+      dl[r] = in ? p.delta[at.b * p.L + m0 + r] : 0.f;
+    }
+    __syncthreads();
+    float s[4][8], dp[4][8];
+    tile_dot<D>(Ks, Qs, s);  // [key][query]
+    tile_dot<D>(Vs, Gs, dp);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = n0 + 4 * tr + i;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int c = tc + 8 * j, row = m0 + c;
+        const bool seen = row < p.L && key < p.S && !(p.causal && key > row);
+        const float pr = seen ? exp2f(s[i][j] - lse2[c]) : 0.f;
+        Ps[(4 * tr + i) * kPitchP + c] = pr;
+        Ds[(4 * tr + i) * kPitchP + c] = pr * (dp[i][j] - dl[c]);
+      }
+    }
+    __syncthreads();
+    tile_times<D>(Ps, Gs, dv);
+    tile_times<D>(Ds, Qs, dk);
+  }
+  T* out = static_cast<T*>(p.out);
+  const int64_t plane = (gridDim.x / p.tiles) * static_cast<int64_t>(p.S) * p.E;  // dv's offset
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int key = n0 + 4 * tr + i;
+    if (key >= p.S) continue;
+    const int64_t r = (at.b * p.S + key) * p.E;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int e = tc + 8 * j;
+      if (e >= p.E) continue;
+      out[r + e] = dev::from_acc<T, float>(dk[i][j] * p.scale);
+      out[plane + r + e] = dev::from_acc<T, float>(dv[i][j]);
+    }
+  }
+}
+
+// Shared memory per block, in floats.
+template <int D>
+constexpr int smem_floats(OpId op) {
+  const int tile = kTile * (D + 1), probs = kTile * kPitchP;
+  switch (op) {
+    case OpId::attention_lse:
+      return 2 * tile;
+    case OpId::attention:
+      return 3 * tile + probs;
+    case OpId::attention_backward_query:
+      return 4 * tile + probs;
+    default:
+      return 4 * tile + 2 * probs + 2 * kTile;
+  }
+}
+
+// Kernels above 48 KB of shared memory must say so, once per device.
+template <class Kernel>
+void allow_smem(Kernel kernel, size_t bytes, int dev) {
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (done.load(std::memory_order_acquire) & bit) return;
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <class Kernel>
+void launch(Kernel kernel, const Params& p, int64_t blocks, size_t smem, int dev) {
+  allow_smem(kernel, smem, dev);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream(dev)>>>(p);
+}
+
+Operand operand(const Tensor& t) {
+  const AttentionOperand o = attention_operand(t);
+  return {t.raw_data(), o.b1, o.b2, o.row};
+}
+
+template <class T, int D>
+void run(const KernelCall& call, int dev) {
+  const bool backward =
+      call.op == OpId::attention_backward_query || call.op == OpId::attention_backward_kv;
+  const std::span<const Tensor> in = call.inputs;
+  const int o = backward ? 1 : 0;
+  const AttentionGeometry g = attention_geometry(in[o], in[o + 1], call.attrs);
+  Params p;
+  p.q = operand(in[o]);
+  p.k = operand(in[o + 1]);
+  if (call.op != OpId::attention_lse) p.v = operand(in[o + 2]);
+  if (backward) {
+    p.go = operand(in[0]);
+    p.lse = static_cast<const float*>(in[4].raw_data());
+    p.delta = static_cast<const float*>(in[5].raw_data());
+  }
+  p.out = call.out.raw_data();
+  p.batch2 = g.batch2;
+  p.L = static_cast<int>(g.L);
+  p.S = static_cast<int>(g.S);
+  p.E = static_cast<int>(g.E);
+  p.scale = static_cast<float>(g.scale);
+  p.scale2 = static_cast<float>(g.scale * 1.4426950408889634);
+  p.causal = g.causal;
+  const int64_t side = call.op == OpId::attention_backward_kv ? g.S : g.L;
+  p.tiles = static_cast<int>((side + kTile - 1) / kTile);
+  const int64_t blocks = g.batches() * p.tiles;
+  const size_t smem = sizeof(float) * static_cast<size_t>(smem_floats<D>(call.op));
+  switch (call.op) {
+    case OpId::attention:
+      launch(attention_forward<T, D, false>, p, blocks, smem, dev);
+      break;
+    case OpId::attention_lse:
+      launch(attention_forward<T, D, true>, p, blocks, smem, dev);
+      break;
+    case OpId::attention_backward_query:
+      launch(attention_backward_query<T, D>, p, blocks, smem, dev);
+      break;
+    default:
+      launch(attention_backward_kv<T, D>, p, blocks, smem, dev);
+      break;
+  }
+  check_launch(op_name(call.op).data());
+}
+
+}  // namespace
+
+void attention(const KernelCall& call) {
+  const std::string_view name = op_name(call.op);
+  const bool backward =
+      call.op == OpId::attention_backward_query || call.op == OpId::attention_backward_kv;
+  const Tensor& q = call.inputs[backward ? 1 : 0];
+  const Tensor& k = call.inputs[backward ? 2 : 1];
+  const int64_t E = q.size(-1);
+  EMBER_CHECK(E <= 128, name, ": the CUDA kernels take head sizes up to 128, got ", E);
+  EMBER_CHECK(q.size(-2) < (int64_t{1} << 30) && k.size(-2) < (int64_t{1} << 30), name,
+              ": sequence lengths ", q.size(-2), " and ", k.size(-2), " are too long");
+  EMBER_CHECK(q.dtype() != kFloat64, name, ": the CUDA kernels take float32, float16 or bfloat16, ",
+              "got float64");
+  if (call.out.numel() == 0) return;
+  const int dev = call.out.device().index;
+  visit_float_dtype(q.dtype(), name.data(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, double>) {
+      if (E <= 32)
+        run<T, 32>(call, dev);
+      else if (E <= 64)
+        run<T, 64>(call, dev);
+      else
+        run<T, 128>(call, dev);
+    }
+  });
+}
+
+}  // namespace ember::kernels::cuda

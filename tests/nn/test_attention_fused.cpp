@@ -1,0 +1,206 @@
+// The fused attention rows (core/ops.yaml "fused attention"). On the CPU their kernels and
+// backward formula against the composed matmul-softmax-matmul in float64 and against finite
+// differences; on CUDA scaled_dot_product_attention (which takes the fused kernels there)
+// against the CPU composition in float64, on sequence lengths and head sizes that do not fill
+// the kernels' tiles, causal or not, heads split out of a projection by strides; and a compiled
+// step that goes through the rows against eager.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "core/dispatch.h"
+#include "core/factory.h"
+#include "core/host_values.h"
+#include "core/ops.h"
+#include "jit/compile.h"
+#include "nn/attention.h"
+#include "nn/functional.h"
+#include "test_util.h"
+
+using namespace ember;
+using Catch::Matchers::Contains;
+using Vec = std::vector<double>;
+namespace F = nn::functional;
+
+namespace {
+
+Tensor fused_rows(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  Attrs a;
+  a.attn_scale = scale;
+  a.causal = causal;
+  return dispatch(OpId::attention, {q, k, v}, a);
+}
+
+// Largest |a - b| / (atol + rtol |b|) over the elements; <= 1 passes.
+double worst(const Vec& a, const Vec& b, double atol, double rtol) {
+  REQUIRE(a.size() == b.size());
+  double w = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = std::abs(a[i] - b[i]) / (atol + rtol * std::abs(b[i]));
+    w = std::isnan(e) ? 1e30 : std::max(w, e);
+  }
+  return w;
+}
+
+// The gradients of sum(out * g) with respect to xs, which are left without one.
+std::vector<Tensor> grads_of(const Tensor& out, const std::vector<Tensor>& xs, const Tensor& g) {
+  sum(out * g).backward();
+  std::vector<Tensor> r;
+  for (Tensor x : xs) {  // a handle: set_grad changes the shared tensor
+    r.push_back(x.grad());
+    x.set_grad(Tensor());
+  }
+  return r;
+}
+
+struct Case {
+  int64_t batch, heads, L, S, E;
+  bool causal;
+};
+
+// q, k, v as heads split out of [batch, len, heads * E] projections: [batch, heads, len, E]
+// views whose rows are heads * E apart.
+std::vector<Tensor> heads_of(const Case& c, const TensorOptions& o) {
+  auto split = [&](int64_t len) { return randn({c.batch, len, c.heads, c.E}, o).transpose(1, 2); };
+  return {split(c.L), split(c.S), split(c.S)};
+}
+
+}  // namespace
+
+TEST_CASE("attention rows: forward and gradients equal the composition (CPU, float64)",
+          "[nn][attention]") {
+  manual_seed(61);
+  const TensorOptions o(kFloat64);
+  for (const Case c :
+       {Case{2, 3, 7, 11, 5, false}, Case{2, 2, 9, 9, 4, true}, Case{1, 3, 5, 8, 6, true},
+        Case{2, 1, 8, 5, 3, true}, Case{1, 1, 1, 1, 2, false}}) {
+    INFO("L " << c.L << " S " << c.S << " E " << c.E << (c.causal ? " causal" : ""));
+    std::vector<Tensor> x = heads_of(c, o);
+    for (Tensor& t : x) t.requires_grad_(true);
+    const double scale = 0.4;
+    const Tensor fused = fused_rows(x[0], x[1], x[2], c.causal, scale);
+    // The composed reference: is_causal means keys j <= i, for L != S too.
+    Tensor mask;
+    if (c.causal) mask = tril(ones({c.L, c.S}, TensorOptions(kBool)));
+    const Tensor ref = F::scaled_dot_product_attention(x[0], x[1], x[2], mask, 0.0, false, scale);
+    CHECK(fused.sizes() == ref.sizes());
+    CHECK(worst(test::read(fused), test::read(ref), 1e-12, 1e-10) <= 1);
+    // Gradients for a non-contiguous upstream gradient.
+    const Tensor g = randn({c.batch, c.L, c.heads, c.E}, o).transpose(1, 2);
+    const std::vector<Tensor> gf = grads_of(fused, x, g);
+    const std::vector<Tensor> gr = grads_of(ref, x, g);
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("gradient of input " << i);
+      CHECK(gf[i].sizes() == x[i].sizes());
+      CHECK(worst(test::read(gf[i]), test::read(gr[i]), 1e-11, 1e-9) <= 1);
+    }
+  }
+}
+
+TEST_CASE("attention rows: gradients against finite differences", "[nn][attention]") {
+  manual_seed(62);
+  const TensorOptions o(kFloat64);
+  const Tensor q = randn({2, 4, 3}, o).requires_grad_(true);
+  const Tensor k = randn({2, 6, 3}, o).requires_grad_(true);
+  const Tensor v = randn({2, 6, 3}, o).requires_grad_(true);
+  for (bool causal : {false, true}) {
+    INFO((causal ? "causal" : "full"));
+    const std::string report = autograd::gradcheck_report(
+        [&](const std::vector<Tensor>& x) { return fused_rows(x[0], x[1], x[2], causal, 0.8); },
+        {q, k, v});
+    CHECK(report.empty());
+    if (!report.empty()) WARN(report);
+  }
+}
+
+TEST_CASE("attention rows: bad input names the row and the shapes", "[nn][attention]") {
+  const Tensor q = randn({2, 3, 4}), k = randn({2, 5, 4}), v = randn({2, 5, 4});
+  CHECK_THROWS_WITH(fused_rows(q, randn({2, 5, 6}), v, false, 1),
+                    Contains("attention") && Contains("[2, 5, 6]"));
+  CHECK_THROWS_WITH(fused_rows(q, k, randn({2, 4, 4}), false, 1),
+                    Contains("attention") && Contains("as many rows"));
+  CHECK_THROWS_WITH(fused_rows(q, k, v.to(kFloat64), false, 1),
+                    Contains("attention") && Contains("float64"));
+  CHECK_THROWS_WITH(fused_rows(randn({3, 4}), randn({5, 4}), randn({5, 4}), false, 1),
+                    Contains("attention: expected [B, L, E] or [B1, B2, L, E]"));
+  CHECK_THROWS_WITH(fused_rows(q, randn({4, 2, 5}).transpose(0, 2).transpose(0, 1), v, false, 1),
+                    Contains("last dim must be contiguous"));
+  Attrs a;
+  CHECK_THROWS_WITH(
+      dispatch(OpId::attention_backward_query,
+               {randn({2, 3, 4}), q, k, v, zeros({2, 3}), zeros({2, 4})}, a),
+      Contains("attention_backward_query") && Contains("delta") && Contains("[2, 3]"));
+}
+
+TEST_CASE("scaled_dot_product_attention on CUDA (fused) equals the CPU composition",
+          "[nn][attention][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  manual_seed(63);
+  const TensorOptions o(kFloat64);
+  const Device gpu = Device::cuda(0);
+  for (const DType dt : {kFloat32, kBFloat16}) {
+    const bool bf16 = dt == kBFloat16;
+    for (const Case c :
+         {Case{2, 3, 37, 53, 24, false}, Case{1, 2, 130, 130, 64, true},
+          Case{2, 2, 1, 70, 32, false}, Case{1, 2, 200, 77, 128, true}, Case{3, 1, 65, 65, 8, true},
+          Case{1, 4, 64, 64, 80, false}, Case{1, 1, 77, 200, 40, true}}) {
+      INFO(dtype_name(dt) << " L " << c.L << " S " << c.S << " E " << c.E
+                          << (c.causal ? " causal" : ""));
+      std::vector<Tensor> x = heads_of(c, o), xd;
+      for (Tensor& t : x) {
+        t = t.to(dt).to(kFloat64);  // inputs the low-precision run holds exactly
+        xd.push_back(t.to(gpu).to(dt).detach().requires_grad_(true));
+        t.requires_grad_(true);
+      }
+      const Tensor ref = F::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, c.causal);
+      const Tensor out = F::scaled_dot_product_attention(xd[0], xd[1], xd[2], {}, 0.0, c.causal);
+      const double atol = bf16 ? 2e-2 : 2e-5, rtol = bf16 ? 2e-2 : 1e-4;
+      CHECK(worst(test::read(out.to(kFloat64)), test::read(ref), atol, rtol) <= 1);
+      const Tensor g = randn(ref.sizes(), o).to(dt).to(kFloat64);
+      const std::vector<Tensor> gr = grads_of(ref, x, g);
+      const std::vector<Tensor> gd = grads_of(out, xd, g.to(gpu).to(dt));
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient of input " << i);
+        const Vec want = test::read(gr[i]);
+        double scale = 0;  // errors relative to the gradient's size, which cancels in sums
+        for (double w : want) scale = std::max(scale, std::abs(w));
+        CHECK(worst(test::read(gd[i].to(kFloat64)), want, (bf16 ? 3e-2 : 5e-5) * scale,
+                    bf16 ? 3e-2 : 1e-4) <= 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("a compiled step through the fused attention rows equals eager (CUDA)",
+          "[nn][attention][jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const TensorOptions o = TensorOptions(kFloat32).device(Device::cuda(0));
+  auto run = [&](bool compiled_run) {
+    manual_seed(64);
+    const Tensor wq = (randn({32, 32}, o) * 0.2).requires_grad_(true);
+    const Tensor wkv = (randn({64, 32}, o) * 0.2).requires_grad_(true);
+    auto step = [&](const Tensor& x) {
+      const Tensor q = F::linear(x, wq).view({2, 19, 4, 8}).transpose(1, 2);
+      const std::vector<Tensor> kv = chunk(F::linear(x, wkv), 2, -1);
+      const Tensor k = kv[0].reshape({2, 19, 4, 8}).transpose(1, 2);
+      const Tensor v = kv[1].reshape({2, 19, 4, 8}).transpose(1, 2);
+      const Tensor y = F::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+      Tensor loss = sum(y * y);
+      loss.backward();
+      return loss;
+    };
+    auto compiled = jit::compile(step);
+    std::vector<double> out;
+    for (int i = 0; i < 4; ++i) {
+      const Tensor x = randn({2, 19, 32}, o);
+      out.push_back((compiled_run ? compiled(x) : step(x)).item<float>());
+    }
+    for (const Tensor& w : {wq, wkv})
+      for (double e : test::read(w.grad())) out.push_back(e);
+    if (compiled_run) CHECK(compiled.stats().eager_calls == 0);
+    return out;
+  };
+  const Vec eager = run(false), compiled = run(true);
+  CHECK(worst(compiled, eager, 1e-5, 1e-5) <= 1);
+}
