@@ -19,16 +19,22 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // Scores are q k^T * scale over the last two dims; `keep_causal` limits query i to keys j <= i;
 // `additive` (float, broadcast to the scores) is added. Returns softmax(scores) (after dropout
 // when p > 0) times v, and the weights through `weights` when asked.
-// The fused row (core/ops.yaml "fused attention") where its CUDA kernels apply: no explicit
-// mask, no dropout, no weights asked for, one head size up to kMaxFusedHead for queries, keys and
-// values. Elsewhere (and on the CPU, where the composition runs on the BLAS) the composition.
+// The fused rows (core/ops.yaml "fused attention") where they apply: no explicit mask, no
+// dropout, no weights asked for, one head size for queries, keys and values (on CUDA float32,
+// float16 or bfloat16 and at most kMaxFusedHead). On the CPU only when asked (SdpBackend::Fused):
+// there the composition runs on the BLAS.
 constexpr int64_t kMaxFusedHead = 128;
+
+thread_local functional::SdpBackend tls_backend = functional::SdpBackend::Auto;
 
 bool fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& additive,
                    double p, const Tensor* weights) {
-  return q.device().is_cuda() && !additive.defined() && p == 0 && !weights &&
-         q.dtype() != kFloat64 && q.size(-1) == v.size(-1) && q.size(-1) <= kMaxFusedHead &&
-         q.size(-2) > 0 && k.size(-2) > 0;
+  const functional::SdpBackend b = tls_backend;
+  const bool device_ok = b == functional::SdpBackend::Fused ||
+                         (b == functional::SdpBackend::Auto && q.device().is_cuda());
+  return device_ok && !additive.defined() && p == 0 && !weights && q.size(-1) == v.size(-1) &&
+         q.size(-2) > 0 && k.size(-2) > 0 &&
+         (!q.device().is_cuda() || (q.dtype() != kFloat64 && q.size(-1) <= kMaxFusedHead));
 }
 
 // Broadcasts the batch dims, folds them into at most two and runs the row.
@@ -93,6 +99,10 @@ void check_float(const Tensor& t, const char* what, const char* who) {
 }
 
 }  // namespace
+
+functional::SdpBackend functional::sdp_backend() { return tls_backend; }
+functional::SdpBackendGuard::SdpBackendGuard(SdpBackend b) : prev_(tls_backend) { tls_backend = b; }
+functional::SdpBackendGuard::~SdpBackendGuard() { tls_backend = prev_; }
 
 Tensor functional::scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                 const Tensor& attn_mask, double dropout_p,
@@ -169,12 +179,14 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
   EMBER_CHECK(query.size(-1) == E && key.size(-1) == E && value.size(-1) == E, who,
               ": embed_dim is ", E, ", got query ", query.sizes(), ", key ", key.sizes(),
               ", value ", value.sizes());
-  auto seq_first = [&](const Tensor& t) {
-    return unbatched ? t.unsqueeze(1) : options.batch_first() ? t.transpose(0, 1) : t;
-  };
-  const Tensor q_in = seq_first(query), k_in = seq_first(key), v_in = seq_first(value);
-  const int64_t L = q_in.size(0), N = q_in.size(1), S = k_in.size(0);
-  EMBER_CHECK(k_in.size(1) == N && v_in.size(1) == N && v_in.size(0) == S, who,
+  // Inputs in their own layout, [N, len, E] (batch_first, or unbatched made a batch of one) or
+  // [len, N, E]: the projections are row-wise, so they run on it without a transposing copy.
+  const bool bf = options.batch_first() || unbatched;
+  const Tensor qx = unbatched ? query.unsqueeze(0) : query;
+  const Tensor kx = unbatched ? key.unsqueeze(0) : key;
+  const Tensor vx = unbatched ? value.unsqueeze(0) : value;
+  const int64_t L = qx.size(bf ? 1 : 0), N = qx.size(bf ? 0 : 1), S = kx.size(bf ? 1 : 0);
+  EMBER_CHECK(kx.size(bf ? 0 : 1) == N && vx.size(bf ? 0 : 1) == N && vx.size(bf ? 1 : 0) == S, who,
               ": key and value must share their length and batch with each other and the batch "
               "with query, got query ",
               query.sizes(), ", key ", key.sizes(), ", value ", value.sizes());
@@ -182,7 +194,7 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
   Tensor q, k, v;
   if (query.is_same(key) && key.is_same(value)) {
     const std::vector<Tensor> qkv =
-        chunk(functional::linear(q_in, in_proj_weight, in_proj_bias), 3, -1);
+        chunk(functional::linear(qx, in_proj_weight, in_proj_bias), 3, -1);
     q = qkv[0];
     k = qkv[1];
     v = qkv[2];
@@ -190,10 +202,30 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
     const std::vector<Tensor> w = chunk(in_proj_weight, 3, 0);
     const std::vector<Tensor> b =
         in_proj_bias.defined() ? chunk(in_proj_bias, 3, 0) : std::vector<Tensor>(3);
-    q = functional::linear(q_in, w[0], b[0]);
-    k = functional::linear(k_in, w[1], b[1]);
-    v = functional::linear(v_in, w[2], b[2]);
+    q = functional::linear(qx, w[0], b[0]);
+    k = functional::linear(kx, w[1], b[1]);
+    v = functional::linear(vx, w[2], b[2]);
   }
+  const double p = is_training() ? options.dropout() : 0.0;
+  // Heads as [N, H, len, hd] views of the projections (the last dim split, then permuted: no
+  // copy), which the fused kernels take as they are.
+  auto heads4 = [&](const Tensor& t, int64_t len) {
+    const Tensor split = t.view(bf ? Shape({N, len, H, hd}) : Shape({len, N, H, hd}));
+    return bf ? split.permute({0, 2, 1, 3}) : split.permute({1, 2, 0, 3});
+  };
+  if (!need_weights && !attn_mask.defined() && !key_padding_mask.defined() &&
+      fused_applies(q, k, v, Tensor(), p, nullptr)) {
+    const Tensor o = fused(heads4(q, L), heads4(k, S), heads4(v, S), is_causal,
+                           1.0 / std::sqrt(static_cast<double>(hd)));  // [N, H, L, hd]
+    Tensor out = (bf ? o.permute({0, 2, 1, 3}) : o.permute({2, 0, 1, 3}))
+                     .reshape(bf ? Shape({N, L, E}) : Shape({L, N, E}));
+    out = out_proj->forward(out);
+    return {unbatched ? out.squeeze(0) : out, Tensor()};
+  }
+  auto seq_first = [&](const Tensor& t) { return bf ? t.transpose(0, 1) : t; };
+  q = seq_first(q);
+  k = seq_first(k);
+  v = seq_first(v);
   // [len, N, E] -> [N * H, len, hd]
   auto heads = [&](const Tensor& t, int64_t len) {
     return t.reshape({len, N * H, hd}).transpose(0, 1);
@@ -220,7 +252,6 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
                            .reshape({N * H, 1, S});
     mask = mask.defined() ? add(mask, kpm) : kpm;
   }
-  const double p = is_training() ? options.dropout() : 0.0;
   Tensor weights;
   Tensor out = attend(q, k, v, mask, is_causal && !attn_mask.defined(),
                       1.0 / std::sqrt(static_cast<double>(hd)), p, nullptr,

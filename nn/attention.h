@@ -1,7 +1,8 @@
 #pragma once
-// Attention: scaled_dot_product_attention and MultiheadAttention with PyTorch's semantics,
-// composed from public ops (matmul, softmax, where, dropout), so autograd and the JIT need
-// nothing special.
+// Attention: scaled_dot_product_attention and MultiheadAttention with PyTorch's semantics. Two
+// implementations: the fused attention rows (core/ops.yaml; on CUDA, flash-attention kernels
+// that never store the scores) and a composition of public ops (matmul, softmax, where,
+// dropout), which the CPU, explicit masks, dropout and asked-for weights take.
 #include <optional>
 #include <ostream>
 #include <tuple>
@@ -26,6 +27,23 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool is_causal = false,
                                     std::optional<double> scale = std::nullopt,
                                     Generator* gen = nullptr);
+
+// Which implementation attention takes, as torch.nn.attention.sdpa_kernel selects: Auto is the
+// fused rows on CUDA where they apply, the composition elsewhere; Fused takes the rows wherever
+// they apply (on the CPU too: their reference kernels, for checking); Composed never does.
+enum class SdpBackend { Auto, Fused, Composed };
+SdpBackend sdp_backend();
+// Sets the backend for this thread until the guard goes.
+class SdpBackendGuard {
+ public:
+  explicit SdpBackendGuard(SdpBackend b);
+  ~SdpBackendGuard();
+  SdpBackendGuard(const SdpBackendGuard&) = delete;
+  SdpBackendGuard& operator=(const SdpBackendGuard&) = delete;
+
+ private:
+  SdpBackend prev_;
+};
 }  // namespace functional
 
 // torch.nn.MultiheadAttention: in_proj_weight [3E, E] (q, k, v stacked), in_proj_bias [3E],

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -36,31 +37,53 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = grads_of(params, who);
   if (grads.empty()) return zeros({});
-  // Per-gradient norms, then the norm of those (PyTorch's order, so the rounding matches).
-  std::vector<Tensor> norms;
-  norms.reserve(grads.size());
+  // Per-gradient norms, then the norm of those (PyTorch's order, so the rounding matches). The
+  // per-gradient reductions are stacked before the root or power that finishes each norm, so
+  // that elementwise step is one op over all of them, not one small launch per parameter.
+  std::vector<Tensor> partial;
+  partial.reserve(grads.size());
   const bool inf = std::isinf(norm_type);
   for (const Tensor& g : grads) {
     const Tensor g32 = g.dtype() == kFloat64 ? g : g.to(kFloat32);
     if (inf)
-      norms.push_back(amax(abs(g32)));
+      partial.push_back(amax(abs(g32)));
     else if (norm_type == 2)
-      norms.push_back(sqrt(sum(g32 * g32)));
+      partial.push_back(sum(g32 * g32));
     else
-      norms.push_back(pow(sum(pow(abs(g32), norm_type)), 1.0 / norm_type));
+      partial.push_back(sum(pow(abs(g32), norm_type)));
   }
-  const Tensor all = norms.size() == 1 ? norms[0].reshape({1}) : stack(norms);
+  const Tensor stacked = partial.size() == 1 ? partial[0].reshape({1}) : stack(partial);
   Tensor total;
-  if (inf)
-    total = amax(all);
-  else if (norm_type == 2)
+  if (inf) {
+    total = amax(stacked);
+  } else if (norm_type == 2) {
+    const Tensor all = sqrt(stacked);
     total = sqrt(sum(all * all));
-  else
+  } else {
+    const Tensor all = pow(stacked, 1.0 / norm_type);
     total = pow(sum(pow(all, norm_type)), 1.0 / norm_type);
+  }
   const Tensor scale = clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  // float32 gradients in one multi-tensor launch (GradScaler's unscale: g * scale in float, as
+  // PyTorch's _foreach_mul_; the inf flag it also sets is not needed here); others one by one.
+  std::vector<Tensor> in;
+  if (scale.dtype() == kFloat32) {
+    in.push_back(scale.view({1}));
+    in.push_back(zeros({}, TensorOptions(kFloat32).device(scale.device())));
+  }
   for (const Tensor& g : grads) {
+    if (!in.empty() && g.dtype() == kFloat32 && g.is_contiguous()) {
+      in.push_back(g);
+      continue;
+    }
     Tensor t = g;
     t.mul_(scale.dtype() == g.dtype() ? scale : scale.to(g.dtype()));
+  }
+  if (in.size() > 2) {
+    Attrs a;
+    a.num_tensors = static_cast<int64_t>(in.size() - 2);
+    a.grads_only = true;
+    dispatch(OpId::amp_unscale, std::span<const Tensor>(in), a);
   }
   return total;
 }

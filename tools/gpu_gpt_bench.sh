@@ -5,6 +5,7 @@
 #   bash tools/gpu_gpt_bench.sh
 #   TESTS=attention bash tools/gpu_gpt_bench.sh     only the ctest cases matching "attention|jit"
 #   SKIP_TORCH=1 SKIP_AMP=1 bash tools/gpu_gpt_bench.sh
+#   PERF_LOG=gpt_small:32 SKIP_BENCH=1 SKIP_TESTS=1 ...   device time of every step of one replay
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 B=${BUILD_DIR:-/tmp/build}
@@ -13,10 +14,18 @@ OUT=/tmp/device-logs BUILD_ONLY=1 bash .device/run.sh >/tmp/build.txt 2>&1 ||
   { tail -30 /tmp/build.txt; grep -E "error" /tmp/device-logs/build.log | head -30; exit 1; }
 echo "== built at ${SECONDS}s"
 if [ -z "${SKIP_TESTS:-}" ]; then
-  sel=(-L cuda); [ -n "${TESTS:-}" ] && sel=(-L cuda -R "attention|jit|slice_sums|sum_products|reduction")
+  sel=(-L cuda); [ -n "${TESTS:-}" ] && sel=(-L cuda -R "attention|jit|slice_sums|sum_products|reduction|clip|amp")
   ( cd "$B" && timeout 300 ctest "${sel[@]}" -j4 --timeout 150 --output-on-failure ) >"$out/ctest.txt" 2>&1
   grep -E "tests passed|tests failed|\(Failed\)|Timeout|SEGFAULT" "$out/ctest.txt" | head -20
 fi
+if [ -n "${PERF_LOG:-}" ]; then
+  for wb in ${PERF_LOG//,/ }; do
+    EMBER_LOGS=perf timeout 90 $B/bench/ember_bench run --no-first-step --no-kernel-count \
+      --repeats 1 --steps 2 --modes default --workloads "${wb%%:*}" --batches "${wb##*:}" \
+      >>"$out/perf.txt" 2>&1
+  done
+fi
+[ -n "${SKIP_BENCH:-}" ] && { echo "== done at ${SECONDS}s"; exit 0; }
 E="$B/bench/ember_bench run --no-first-step --repeats 5 --steps 20 --modes ${EMBER_MODES:-eager,default,reduce-overhead}"
 timeout 240 $E --workloads gpt_small --batches 32 --json "$out/ember_gpt_small.json" >/tmp/e1.txt 2>&1
 tail -5 /tmp/e1.txt

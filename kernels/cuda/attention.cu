@@ -368,21 +368,17 @@ constexpr int smem_floats(OpId op) {
   }
 }
 
-// Kernels above 48 KB of shared memory must say so, once per device.
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes, int dev) {
-  static std::atomic<uint64_t> done{0};
+// Kernels above 48 KB of shared memory must say so, once per kernel and device.
+template <auto Kernel>
+void launch(const Params& p, int64_t blocks, size_t smem, int dev) {
+  static std::atomic<uint64_t> allowed{0};
   const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (done.load(std::memory_order_acquire) & bit) return;
-  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
-template <class Kernel>
-void launch(Kernel kernel, const Params& p, int64_t blocks, size_t smem, int dev) {
-  allow_smem(kernel, smem, dev);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream(dev)>>>(p);
+  if (!(allowed.load(std::memory_order_acquire) & bit)) {
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    allowed.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  Kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream(dev)>>>(p);
 }
 
 Operand operand(const Tensor& t) {
@@ -420,16 +416,16 @@ void run(const KernelCall& call, int dev) {
   const size_t smem = sizeof(float) * static_cast<size_t>(smem_floats<D>(call.op));
   switch (call.op) {
     case OpId::attention:
-      launch(attention_forward<T, D, false>, p, blocks, smem, dev);
+      launch<attention_forward<T, D, false>>(p, blocks, smem, dev);
       break;
     case OpId::attention_lse:
-      launch(attention_forward<T, D, true>, p, blocks, smem, dev);
+      launch<attention_forward<T, D, true>>(p, blocks, smem, dev);
       break;
     case OpId::attention_backward_query:
-      launch(attention_backward_query<T, D>, p, blocks, smem, dev);
+      launch<attention_backward_query<T, D>>(p, blocks, smem, dev);
       break;
     default:
-      launch(attention_backward_kv<T, D>, p, blocks, smem, dev);
+      launch<attention_backward_kv<T, D>>(p, blocks, smem, dev);
       break;
   }
   check_launch(op_name(call.op).data());

@@ -133,6 +133,43 @@ TEST_CASE("attention rows: bad input names the row and the shapes", "[nn][attent
       Contains("attention_backward_query") && Contains("delta") && Contains("[2, 3]"));
 }
 
+TEST_CASE("MultiheadAttention and encoder layers: the fused rows equal the composition (CPU)",
+          "[nn][attention]") {
+  manual_seed(65);
+  const TensorOptions o(kFloat64);
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool batch_first = variant != 1, self = variant != 2, unbatched = variant == 3;
+    INFO("variant " << variant);
+    nn::MultiheadAttention mha(nn::MultiheadAttentionOptions(12, 3).batch_first(batch_first));
+    mha->to(kFloat64);
+    const Shape qs = unbatched     ? Shape({5, 12})
+                     : batch_first ? Shape({2, 5, 12})
+                                   : Shape({5, 2, 12});
+    const Shape ks = unbatched     ? Shape({7, 12})
+                     : batch_first ? Shape({2, 7, 12})
+                                   : Shape({7, 2, 12});
+    const Tensor x = randn(qs, o), mem = randn(ks, o);
+    const Tensor g = randn(qs, o);
+    std::vector<Vec> results[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      F::SdpBackendGuard backend(fused ? F::SdpBackend::Fused : F::SdpBackend::Composed);
+      const Tensor out = self ? std::get<0>(mha->forward(x, x, x, {}, false, {}, true, true))
+                              : std::get<0>(mha->forward(x, mem, mem, {}, false));
+      sum(out * g).backward();
+      results[fused].push_back(test::read(out));
+      for (Tensor p : mha->parameters()) {
+        results[fused].push_back(test::read(p.grad()));
+        p.set_grad(Tensor());
+      }
+    }
+    REQUIRE(results[0].size() == results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      INFO("result " << i << " (0: the output, then the parameters' gradients)");
+      CHECK(worst(results[1][i], results[0][i], 1e-11, 1e-9) <= 1);
+    }
+  }
+}
+
 TEST_CASE("scaled_dot_product_attention on CUDA (fused) equals the CPU composition",
           "[nn][attention][cuda]") {
   EMBER_REQUIRE_CUDA();
@@ -203,4 +240,34 @@ TEST_CASE("a compiled step through the fused attention rows equals eager (CUDA)"
   };
   const Vec eager = run(false), compiled = run(true);
   CHECK(worst(compiled, eager, 1e-5, 1e-5) <= 1);
+}
+
+TEST_CASE("MultiheadAttention on CUDA (fused) equals the CPU composition in float64",
+          "[nn][attention][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  manual_seed(66);
+  for (const bool batch_first : {true, false}) {
+    const Shape s = batch_first ? Shape({3, 70, 48}) : Shape({70, 3, 48});
+    const Tensor x = randn(s, TensorOptions(kFloat64)), g = randn(s, TensorOptions(kFloat64));
+    INFO((batch_first ? "batch_first" : "sequence first"));
+    manual_seed(67);  // the same float32 initial weights for both
+    nn::MultiheadAttention ref(nn::MultiheadAttentionOptions(48, 4).batch_first(batch_first));
+    ref->to(kFloat64);
+    manual_seed(67);
+    nn::MultiheadAttention gpu(nn::MultiheadAttentionOptions(48, 4).batch_first(batch_first));
+    gpu->to(Device::cuda(0), kFloat32);
+    const Tensor xd = x.to(kFloat32).to(Device::cuda(0));
+    sum(std::get<0>(ref->forward(x, x, x, {}, false, {}, true, true)) * g).backward();
+    const Tensor out = std::get<0>(gpu->forward(xd, xd, xd, {}, false, {}, true, true));
+    sum(out * g.to(kFloat32).to(Device::cuda(0))).backward();
+    const std::vector<Tensor> pr = ref->parameters(), pg = gpu->parameters();
+    REQUIRE(pr.size() == pg.size());
+    for (size_t i = 0; i < pr.size(); ++i) {
+      INFO("gradient of parameter " << i);
+      const Vec want = test::read(pr[i].grad());
+      double scale = 0;
+      for (double w : want) scale = std::max(scale, std::abs(w));
+      CHECK(worst(test::read(pg[i].grad().to(kFloat64)), want, 1e-4 * scale, 1e-4) <= 1);
+    }
+  }
 }
