@@ -227,17 +227,21 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       break;
     case OpId::attention: {
       // The backward rows recompute the probabilities from the row logsumexp, computed once
-      // here, and delta_i = sum_e grad_ie out_ie (core/ops.yaml).
+      // here, and delta_i = sum_e grad_ie out_ie (core/ops.yaml). Interleaved results (and so
+      // their gradient) are [B1, L, B2, E]: the rows read them as [B1, B2, L, E] views.
       const Tensor q = in(n, 0), k = in(n, 1), v = in(n, 2);
-      const Tensor gc = g.stride(-1) == 1 ? g : g.contiguous();
+      auto standard = [&](const Tensor& t) { return a.interleaved ? t.permute({0, 2, 1, 3}) : t; };
+      const Tensor gs = standard(g), os = standard(out(n));
+      const Tensor gc = gs.stride(-1) == 1 ? gs : gs.contiguous();
       const Tensor lse = dispatch(OpId::attention_lse, {q, k}, a);
       const DType st = attention_stats_dtype(q.dtype());
-      const Tensor delta = sum(gc.to(st) * out(n).to(st), {gc.dim() - 1});
-      if (need(0)) r[0] = dispatch(OpId::attention_backward_query, {gc, q, k, v, lse, delta}, a);
+      const Tensor delta = sum(gc.to(st) * os.to(st), {gc.dim() - 1});
+      if (need(0))
+        r[0] = standard(dispatch(OpId::attention_backward_query, {gc, q, k, v, lse, delta}, a));
       if (need(1) || need(2)) {
         const Tensor kv = dispatch(OpId::attention_backward_kv, {gc, q, k, v, lse, delta}, a);
-        r[1] = kv.select(0, 0);
-        r[2] = kv.select(0, 1);
+        r[1] = standard(kv.select(0, 0));
+        r[2] = standard(kv.select(0, 1));
       }
       break;
     }

@@ -350,16 +350,22 @@ OutputMeta attention_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                   ": ", i == 4 ? "lse" : "delta", " must be a contiguous ", dtype_name(stats), " ",
                   rows, ", got ", dtype_name(in[i].dtype()), " ", in[i].sizes());
   }
+  EMBER_CHECK(!a.interleaved || n == 4, name, ": interleaved results need 4-D inputs, got ",
+              q.sizes());
+  auto laid_out = [&](Shape s) {  // [B1, B2, len, E] -> [B1, len, B2, E] when interleaved
+    if (a.interleaved) std::swap(s[1], s[2]);
+    return s;
+  };
   switch (op) {
     case OpId::attention_lse:
       return {rows, stats, q.device()};
     case OpId::attention_backward_kv: {
-      Shape s = qkv[1].sizes();
+      Shape s = laid_out(qkv[1].sizes());
       s.insert(0, 2);
       return {s, q.dtype(), q.device()};
     }
     default:
-      return {q.sizes(), q.dtype(), q.device()};
+      return {laid_out(q.sizes()), q.dtype(), q.device()};
   }
 }
 

@@ -18,7 +18,12 @@ struct AttentionGeometry {
   int64_t L = 0, S = 0, E = 0;     // queries, keys, head size
   double scale = 1;
   bool causal = false;
+  bool interleaved = false;  // results [B1, rows, B2, E] instead of [B1, B2, rows, E]
   int64_t batches() const { return batch1 * batch2; }
+  // The index of result row r of batch entry b (= b1 * batch2 + b2) among `rows` per entry.
+  int64_t result_row(int64_t b, int64_t r, int64_t rows) const {
+    return interleaved ? ((b / batch2) * rows + r) * batch2 + b % batch2 : b * rows + r;
+  }
 };
 
 inline AttentionOperand attention_operand(const Tensor& t) {
@@ -37,6 +42,7 @@ inline AttentionGeometry attention_geometry(const Tensor& q, const Tensor& k, co
   g.E = q.size(n - 1);
   g.scale = a.attn_scale;
   g.causal = a.causal;
+  g.interleaved = a.interleaved;
   return g;
 }
 

@@ -37,8 +37,10 @@ bool fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
          (!q.device().is_cuda() || (q.dtype() != kFloat64 && q.size(-1) <= kMaxFusedHead));
 }
 
-// Broadcasts the batch dims, folds them into at most two and runs the row.
-Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+// Broadcasts the batch dims, folds them into at most two and runs the rows. With `interleaved`
+// (4-D inputs [B1, B2, len, E]) the result is [B1, L, B2, E], as the rows lay it out.
+Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+             bool interleaved = false) {
   auto lead = [](const Tensor& t) {
     Shape s = t.sizes();
     s.resize(s.size() - 2);
@@ -46,6 +48,7 @@ Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, dou
   };
   const Shape batch =
       broadcast_shapes(lead(q), broadcast_shapes(lead(k), lead(v), "attention"), "attention");
+  EMBER_CHECK(!interleaved || batch.size() == 2, "attention: interleaved needs 4-D inputs");
   auto fit = [&](const Tensor& t) {
     Shape s = batch;
     s.push_back(t.size(-2));
@@ -57,7 +60,9 @@ Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, dou
   Attrs a;
   a.attn_scale = scale;
   a.causal = causal;
+  a.interleaved = interleaved;
   Tensor o = dispatch(OpId::attention, {fit(q), fit(k), fit(v)}, a);
+  if (interleaved) return o;
   Shape out = batch;
   out.push_back(q.size(-2));
   out.push_back(v.size(-1));
@@ -215,10 +220,10 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
   };
   if (!need_weights && !attn_mask.defined() && !key_padding_mask.defined() &&
       fused_applies(q, k, v, Tensor(), p, nullptr)) {
+    // [N, L, H, hd]: the heads merge back into [N, L, E] as a view.
     const Tensor o = fused(heads4(q, L), heads4(k, S), heads4(v, S), is_causal,
-                           1.0 / std::sqrt(static_cast<double>(hd)));  // [N, H, L, hd]
-    Tensor out = (bf ? o.permute({0, 2, 1, 3}) : o.permute({2, 0, 1, 3}))
-                     .reshape(bf ? Shape({N, L, E}) : Shape({L, N, E}));
+                           1.0 / std::sqrt(static_cast<double>(hd)), /*interleaved=*/true);
+    Tensor out = bf ? o.reshape({N, L, E}) : o.transpose(0, 1).reshape({L, N, E});
     out = out_proj->forward(out);
     return {unbatched ? out.squeeze(0) : out, Tensor()};
   }

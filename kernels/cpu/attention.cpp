@@ -84,7 +84,7 @@ void run(const KernelCall& call) {
           static_cast<Stat*>(call.out.raw_data())[r] =
               static_cast<Stat>(n == 0 ? kNegInf : m + std::log(l));
         } else {
-          T* o = static_cast<T*>(call.out.raw_data()) + r * E;
+          T* o = static_cast<T*>(call.out.raw_data()) + g.result_row(b, i, L) * E;
           for (int64_t e = 0; e < E; ++e) o[e] = static_cast<T>(n == 0 ? 0.0 : acc[e] / l);
         }
       }
@@ -112,7 +112,8 @@ void run(const KernelCall& call) {
           const double ds = dscore(b, i, j, s[j], nullptr);
           for (int64_t e = 0; e < E; ++e) acc[e] += ds * static_cast<double>(k.row(b, j)[e]);
         }
-        for (int64_t e = 0; e < E; ++e) out[r * E + e] = static_cast<T>(g.scale * acc[e]);
+        const int64_t at = g.result_row(b, i, L) * E;
+        for (int64_t e = 0; e < E; ++e) out[at + e] = static_cast<T>(g.scale * acc[e]);
       }
     });
     return;
@@ -134,9 +135,10 @@ void run(const KernelCall& call) {
           dk[e] += ds * static_cast<double>(q.row(b, i)[e]);
         }
       }
+      const int64_t at = g.result_row(b, j, S) * E;
       for (int64_t e = 0; e < E; ++e) {
-        out[r * E + e] = static_cast<T>(g.scale * dk[e]);
-        out[(B * S + r) * E + e] = static_cast<T>(dv[e]);
+        out[at + e] = static_cast<T>(g.scale * dk[e]);
+        out[B * S * E + at + e] = static_cast<T>(dv[e]);
       }
     }
   });

@@ -47,7 +47,13 @@ struct Params {
   float scale = 1;   // the attention's scale
   float scale2 = 1;  // scale * log2(e)
   bool causal = false;
+  bool interleaved = false;  // results [B1, rows, B2, E] (kernels/attention_geometry.h)
 };
+
+// The index of result row r of batch entry b among `rows` per entry.
+__device__ __forceinline__ int64_t result_row(const Params& p, int64_t b, int r, int rows) {
+  return p.interleaved ? ((b / p.batch2) * rows + r) * p.batch2 + b % p.batch2 : b * rows + r;
+}
 
 template <class T>
 __device__ __forceinline__ const T* batch_rows(const Operand& o, int64_t b, int64_t batch2) {
@@ -209,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward(Params p) {
       continue;
     }
     const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-    T* o = static_cast<T*>(p.out) + r * p.E;
+    T* o = static_cast<T*>(p.out) + result_row(p, at.b, row, p.L) * p.E;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       const int e = tc + 8 * j;
@@ -271,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query(Params p) {
   for (int i = 0; i < 4; ++i) {
     const int row = m0 + 4 * tr + i;
     if (row >= p.L) continue;
-    T* o = static_cast<T*>(p.out) + (at.b * p.L + row) * p.E;
+    T* o = static_cast<T*>(p.out) + result_row(p, at.b, row, p.L) * p.E;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       const int e = tc + 8 * j;
@@ -341,7 +347,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kv(Params p) {
   for (int i = 0; i < 4; ++i) {
     const int key = n0 + 4 * tr + i;
     if (key >= p.S) continue;
-    const int64_t r = (at.b * p.S + key) * p.E;
+    const int64_t r = result_row(p, at.b, key, p.S) * p.E;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       const int e = tc + 8 * j;
@@ -410,6 +416,7 @@ void run(const KernelCall& call, int dev) {
   p.scale = static_cast<float>(g.scale);
   p.scale2 = static_cast<float>(g.scale * 1.4426950408889634);
   p.causal = g.causal;
+  p.interleaved = g.interleaved;
   const int64_t side = call.op == OpId::attention_backward_kv ? g.S : g.L;
   p.tiles = static_cast<int>((side + kTile - 1) / kTile);
   const int64_t blocks = g.batches() * p.tiles;

@@ -86,6 +86,21 @@ TEST_CASE("attention rows: forward and gradients equal the composition (CPU, flo
     const Tensor ref = F::scaled_dot_product_attention(x[0], x[1], x[2], mask, 0.0, false, scale);
     CHECK(fused.sizes() == ref.sizes());
     CHECK(worst(test::read(fused), test::read(ref), 1e-12, 1e-10) <= 1);
+    {  // interleaved results: the same numbers laid out [B1, L, B2, E]
+      Attrs a;
+      a.attn_scale = scale;
+      a.causal = c.causal;
+      a.interleaved = true;
+      const Tensor il = dispatch(OpId::attention, {x[0], x[1], x[2]}, a);
+      CHECK(il.sizes() == Shape({c.batch, c.L, c.heads, c.E}));
+      CHECK(il.is_contiguous());
+      CHECK(test::read(il.permute({0, 2, 1, 3})) == test::read(fused));
+      const Tensor gl = randn(il.sizes(), o);
+      const std::vector<Tensor> gi = grads_of(il, x, gl);
+      const std::vector<Tensor> gs =
+          grads_of(fused_rows(x[0], x[1], x[2], c.causal, scale), x, gl.permute({0, 2, 1, 3}));
+      for (size_t i = 0; i < 3; ++i) CHECK(test::read(gi[i]) == test::read(gs[i]));
+    }
     // Gradients for a non-contiguous upstream gradient.
     const Tensor g = randn({c.batch, c.L, c.heads, c.E}, o).transpose(1, 2);
     const std::vector<Tensor> gf = grads_of(fused, x, g);
