@@ -3,7 +3,8 @@
 // side streamed through shared memory in 64-row tiles, so the [L, S] scores never reach memory.
 // The forward keeps a running row maximum and sum (online softmax); the backward rows
 // recompute the probabilities from the row logsumexp. Causal tiles wholly above the diagonal are
-// never loaded. Storage may be float, half or bfloat16; all arithmetic is float. Scores are
+// never loaded. Storage may be float, half or bfloat16 with float arithmetic, or double (head
+// sizes up to 64) with double arithmetic. Scores are
 // kept in base 2 (the queries are scaled by scale * log2(e)) so each exponential is one exp2.
 //
 // Work split: 128 threads; thread (tr, tc) = (tid / 8, tid % 8) owns rows 4 tr .. 4 tr + 3 of a
@@ -15,6 +16,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention_geometry.h"
 #include "kernels/cuda/block_reduce.cuh"
@@ -28,8 +30,20 @@ namespace {
 constexpr int kTile = 64;           // rows per tile, on both sides
 constexpr int kThreads = 128;       // 16 row groups of 4 x 8 column lanes
 constexpr int kPitchP = kTile + 2;  // probability tiles: 4 row groups of a warp in distinct banks
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+
+// float64 storage computes in double, everything else in float.
+template <class T>
+using AccOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+__device__ __forceinline__ float ex2(float x) { return exp2f(x); }
+__device__ __forceinline__ double ex2(double x) { return exp2(x); }
+__device__ __forceinline__ float lg2(float x) { return log2f(x); }
+__device__ __forceinline__ double lg2(double x) { return log2(x); }
+__device__ __forceinline__ float max_of(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double max_of(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fma_of(double a, double b, double c) { return fma(a, b, c); }
 
 struct Operand {
   const void* p = nullptr;
@@ -39,13 +53,13 @@ struct Operand {
 struct Params {
   Operand q, k, v, go;  // go: the output's gradient (backward rows)
   void* out = nullptr;
-  const float* lse = nullptr;
-  const float* delta = nullptr;
+  const void* lse = nullptr;  // float, or double for float64 storage
+  const void* delta = nullptr;
   int64_t batch2 = 1;
   int L = 0, S = 0, E = 0;
-  int tiles = 1;     // tiles per batch entry on the block's own side
-  float scale = 1;   // the attention's scale
-  float scale2 = 1;  // scale * log2(e)
+  int tiles = 1;      // tiles per batch entry on the block's own side
+  double scale = 1;   // the attention's scale
+  double scale2 = 1;  // scale * log2(e)
   bool causal = false;
   bool interleaved = false;  // results [B1, rows, B2, E] (kernels/attention_geometry.h)
 };
@@ -60,31 +74,31 @@ __device__ __forceinline__ const T* batch_rows(const Operand& o, int64_t b, int6
   return static_cast<const T*>(o.p) + (b / batch2) * o.b1 + (b % batch2) * o.b2;
 }
 
-// Rows [r0, r0 + kTile) of an operand into a [kTile][D + 1] float tile, times `mul`; zeros past
+// Rows [r0, r0 + kTile) of an operand into a [kTile][D + 1] Acc tile, times `mul`; zeros past
 // `rows` and past the head size E.
-template <class T, int D>
-__device__ __forceinline__ void load_tile(float* dst, const T* src, int64_t pitch, int r0, int rows,
-                                          int E, float mul) {
+template <class T, int D, class Acc>
+__device__ __forceinline__ void load_tile(Acc* dst, const T* src, int64_t pitch, int r0, int rows,
+                                          int E, std::type_identity_t<Acc> mul) {
   for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
     const int r = idx / D, e = idx % D;
-    float x = 0.f;
+    Acc x = Acc(0);
     if (r0 + r < rows && e < E)
-      x = dev::to_acc<float>(src[static_cast<int64_t>(r0 + r) * pitch + e]) * mul;
+      x = dev::to_acc<Acc>(src[static_cast<int64_t>(r0 + r) * pitch + e]) * mul;
     dst[r * (D + 1) + e] = x;
   }
 }
 
 // s[i][j] = A[4 tr + i] . B[tc + 8 j] over D, for [kTile][D + 1] tiles A and B.
-template <int D>
-__device__ __forceinline__ void tile_dot(const float* A, const float* B, float (&s)[4][8]) {
+template <int D, class Acc>
+__device__ __forceinline__ void tile_dot(const Acc* A, const Acc* B, Acc (&s)[4][8]) {
   const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) s[i][j] = 0.f;
+    for (int j = 0; j < 8; ++j) s[i][j] = Acc(0);
 #pragma unroll 4
   for (int k = 0; k < D; ++k) {
-    float a[4], b[8];
+    Acc a[4], b[8];
 #pragma unroll
     for (int i = 0; i < 4; ++i) a[i] = A[(4 * tr + i) * (D + 1) + k];
 #pragma unroll
@@ -92,18 +106,18 @@ __device__ __forceinline__ void tile_dot(const float* A, const float* B, float (
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) s[i][j] = fmaf(a[i], b[j], s[i][j]);
+      for (int j = 0; j < 8; ++j) s[i][j] = fma_of(a[i], b[j], s[i][j]);
   }
 }
 
 // acc[i][j] += sum_n P[4 tr + i][n] * V[n][tc + 8 j] for a [kTile][kPitchP] P and a
 // [kTile][D + 1] V.
-template <int D>
-__device__ __forceinline__ void tile_times(const float* P, const float* V, float (&acc)[4][D / 8]) {
+template <int D, class Acc>
+__device__ __forceinline__ void tile_times(const Acc* P, const Acc* V, Acc (&acc)[4][D / 8]) {
   const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
 #pragma unroll 4
   for (int n = 0; n < kTile; ++n) {
-    float a[4], b[D / 8];
+    Acc a[4], b[D / 8];
 #pragma unroll
     for (int i = 0; i < 4; ++i) a[i] = P[(4 * tr + i) * kPitchP + n];
 #pragma unroll
@@ -111,17 +125,19 @@ __device__ __forceinline__ void tile_times(const float* P, const float* V, float
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      for (int j = 0; j < D / 8; ++j) acc[i][j] = fma_of(a[i], b[j], acc[i][j]);
   }
 }
 
 // Over a row's 8 owning lanes.
-__device__ __forceinline__ float row_max(float x) {
+template <class Acc>
+__device__ __forceinline__ Acc row_max(Acc x) {
 #pragma unroll
-  for (int m = 1; m < 8; m <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  for (int m = 1; m < 8; m <<= 1) x = max_of(x, __shfl_xor_sync(0xffffffffu, x, m));
   return x;
 }
-__device__ __forceinline__ float row_sum(float x) {
+template <class Acc>
+__device__ __forceinline__ Acc row_sum(Acc x) {
 #pragma unroll
   for (int m = 1; m < 8; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
@@ -140,14 +156,16 @@ __device__ __forceinline__ TileOf tile_of(const Params& p, bool late_first) {
 }
 
 // attention (kLseOnly false: writes the output) and attention_lse (kLseOnly: writes the row
-// logsumexp, natural log, float).
+// logsumexp, natural log, Acc).
 template <class T, int D, bool kLseOnly>
 __global__ void __launch_bounds__(kThreads) attention_forward(Params p) {
-  extern __shared__ float sm[];
-  float* Qs = sm;
-  float* Ks = Qs + kTile * (D + 1);
-  float* Vs = Ks + kTile * (D + 1);
-  float* Ps = Vs + kTile * (D + 1);
+  extern __shared__ __align__(16) unsigned char attention_smem[];
+  using Acc = AccOf<T>;
+  Acc* sm = reinterpret_cast<Acc*>(attention_smem);
+  Acc* Qs = sm;
+  Acc* Ks = Qs + kTile * (D + 1);
+  Acc* Vs = Ks + kTile * (D + 1);
+  Acc* Ps = Vs + kTile * (D + 1);
   const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
   const TileOf at = tile_of(p, p.causal);
   const int m0 = at.t * kTile;
@@ -155,40 +173,40 @@ __global__ void __launch_bounds__(kThreads) attention_forward(Params p) {
   const T* k = batch_rows<T>(p.k, at.b, p.batch2);
   const T* v = kLseOnly ? nullptr : batch_rows<T>(p.v, at.b, p.batch2);
   load_tile<T, D>(Qs, q, p.q.row, m0, p.L, p.E, p.scale2);
-  float m[4], l[4], acc[4][D / 8];
+  Acc m[4], l[4], acc[4][D / 8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     m[i] = -INFINITY;
-    l[i] = 0.f;
+    l[i] = Acc(0);
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) acc[i][j] = 0.f;
+    for (int j = 0; j < D / 8; ++j) acc[i][j] = Acc(0);
   }
   const int n_end = p.causal ? min(p.S, m0 + kTile) : p.S;
   for (int n0 = 0; n0 < n_end; n0 += kTile) {
     __syncthreads();  // the previous tile's reads are done
-    load_tile<T, D>(Ks, k, p.k.row, n0, p.S, p.E, 1.f);
-    if (!kLseOnly) load_tile<T, D>(Vs, v, p.v.row, n0, p.S, p.E, 1.f);
+    load_tile<T, D>(Ks, k, p.k.row, n0, p.S, p.E, Acc(1));
+    if (!kLseOnly) load_tile<T, D>(Vs, v, p.v.row, n0, p.S, p.E, Acc(1));
     __syncthreads();
-    float s[4][8];
+    Acc s[4][8];
     tile_dot<D>(Qs, Ks, s);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int row = m0 + 4 * tr + i;
-      float mx = -INFINITY;
+      Acc mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int col = n0 + tc + 8 * j;
         if (col >= p.S || (p.causal && col > row)) s[i][j] = -INFINITY;
-        mx = fmaxf(mx, s[i][j]);
+        mx = max_of(mx, s[i][j]);
       }
-      const float mnew = fmaxf(m[i], row_max(mx));
+      const Acc mnew = max_of(m[i], row_max(mx));
       // A row that has seen no key yet keeps m = -inf; its terms must be 0, not exp2(NaN).
-      const float base = mnew == -INFINITY ? 0.f : mnew;
-      const float alpha = exp2f(m[i] - base);
-      float sum = 0.f;
+      const Acc base = mnew == -INFINITY ? Acc(0) : mnew;
+      const Acc alpha = ex2(m[i] - base);
+      Acc sum = Acc(0);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float e = exp2f(s[i][j] - base);
+        const Acc e = ex2(s[i][j] - base);
         sum += e;
         if (!kLseOnly) Ps[(4 * tr + i) * kPitchP + tc + 8 * j] = e;
       }
@@ -211,15 +229,15 @@ __global__ void __launch_bounds__(kThreads) attention_forward(Params p) {
     const int64_t r = at.b * p.L + row;
     if (kLseOnly) {
       if (tc == 0)
-        static_cast<float*>(p.out)[r] = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+        static_cast<Acc*>(p.out)[r] = l[i] > Acc(0) ? (m[i] + lg2(l[i])) * Acc(kLn2) : -INFINITY;
       continue;
     }
-    const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+    const Acc inv = l[i] > Acc(0) ? Acc(1) / l[i] : Acc(0);
     T* o = static_cast<T*>(p.out) + result_row(p, at.b, row, p.L) * p.E;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       const int e = tc + 8 * j;
-      if (e < p.E) o[e] = dev::from_acc<T, float>(acc[i][j] * inv);
+      if (e < p.E) o[e] = dev::from_acc<T, Acc>(acc[i][j] * inv);
     }
   }
 }
@@ -227,36 +245,38 @@ __global__ void __launch_bounds__(kThreads) attention_forward(Params p) {
 // attention_backward_query: dq_i = scale sum_j P_ij (dO_i . v_j - delta_i) k_j.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) attention_backward_query(Params p) {
-  extern __shared__ float sm[];
-  float* Qs = sm;
-  float* Gs = Qs + kTile * (D + 1);
-  float* Ks = Gs + kTile * (D + 1);
-  float* Vs = Ks + kTile * (D + 1);
-  float* Ds = Vs + kTile * (D + 1);
+  extern __shared__ __align__(16) unsigned char attention_smem[];
+  using Acc = AccOf<T>;
+  Acc* sm = reinterpret_cast<Acc*>(attention_smem);
+  Acc* Qs = sm;
+  Acc* Gs = Qs + kTile * (D + 1);
+  Acc* Ks = Gs + kTile * (D + 1);
+  Acc* Vs = Ks + kTile * (D + 1);
+  Acc* Ds = Vs + kTile * (D + 1);
   const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
   const TileOf at = tile_of(p, p.causal);
   const int m0 = at.t * kTile;
   const T* k = batch_rows<T>(p.k, at.b, p.batch2);
   const T* v = batch_rows<T>(p.v, at.b, p.batch2);
   load_tile<T, D>(Qs, batch_rows<T>(p.q, at.b, p.batch2), p.q.row, m0, p.L, p.E, p.scale2);
-  load_tile<T, D>(Gs, batch_rows<T>(p.go, at.b, p.batch2), p.go.row, m0, p.L, p.E, 1.f);
-  float lse2[4], dl[4], dq[4][D / 8];
+  load_tile<T, D>(Gs, batch_rows<T>(p.go, at.b, p.batch2), p.go.row, m0, p.L, p.E, Acc(1));
+  Acc lse2[4], dl[4], dq[4][D / 8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int row = m0 + 4 * tr + i;
     const bool in = row < p.L;
-    lse2[i] = in ? p.lse[at.b * p.L + row] * kLog2e : 0.f;
-    dl[i] = in ? p.delta[at.b * p.L + row] : 0.f;
+    lse2[i] = in ? static_cast<const Acc*>(p.lse)[at.b * p.L + row] * Acc(kLog2e) : Acc(0);
+    dl[i] = in ? static_cast<const Acc*>(p.delta)[at.b * p.L + row] : Acc(0);
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) dq[i][j] = 0.f;
+    for (int j = 0; j < D / 8; ++j) dq[i][j] = Acc(0);
   }
   const int n_end = p.causal ? min(p.S, m0 + kTile) : p.S;
   for (int n0 = 0; n0 < n_end; n0 += kTile) {
     __syncthreads();
-    load_tile<T, D>(Ks, k, p.k.row, n0, p.S, p.E, 1.f);
-    load_tile<T, D>(Vs, v, p.v.row, n0, p.S, p.E, 1.f);
+    load_tile<T, D>(Ks, k, p.k.row, n0, p.S, p.E, Acc(1));
+    load_tile<T, D>(Vs, v, p.v.row, n0, p.S, p.E, Acc(1));
     __syncthreads();
-    float s[4][8], dp[4][8];
+    Acc s[4][8], dp[4][8];
     tile_dot<D>(Qs, Ks, s);
     tile_dot<D>(Gs, Vs, dp);
 #pragma unroll
@@ -266,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query(Params p) {
       for (int j = 0; j < 8; ++j) {
         const int col = n0 + tc + 8 * j;
         const bool seen = row < p.L && col < p.S && !(p.causal && col > row);
-        const float pr = seen ? exp2f(s[i][j] - lse2[i]) : 0.f;
+        const Acc pr = seen ? ex2(s[i][j] - lse2[i]) : Acc(0);
         Ds[(4 * tr + i) * kPitchP + tc + 8 * j] = pr * (dp[i][j] - dl[i]);
       }
     }
@@ -281,7 +301,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query(Params p) {
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       const int e = tc + 8 * j;
-      if (e < p.E) o[e] = dev::from_acc<T, float>(dq[i][j] * p.scale);
+      if (e < p.E) o[e] = dev::from_acc<T, Acc>(dq[i][j] * Acc(p.scale));
     }
   }
 }
@@ -290,39 +310,41 @@ __global__ void __launch_bounds__(kThreads) attention_backward_query(Params p) {
 // over the queries that see it; written as [2, ..., S, E] (dk, then dv).
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) attention_backward_kv(Params p) {
-  extern __shared__ float sm[];
-  float* Ks = sm;
-  float* Vs = Ks + kTile * (D + 1);
-  float* Qs = Vs + kTile * (D + 1);
-  float* Gs = Qs + kTile * (D + 1);
-  float* Ps = Gs + kTile * (D + 1);
-  float* Ds = Ps + kTile * kPitchP;
-  float* lse2 = Ds + kTile * kPitchP;
-  float* dl = lse2 + kTile;
+  extern __shared__ __align__(16) unsigned char attention_smem[];
+  using Acc = AccOf<T>;
+  Acc* sm = reinterpret_cast<Acc*>(attention_smem);
+  Acc* Ks = sm;
+  Acc* Vs = Ks + kTile * (D + 1);
+  Acc* Qs = Vs + kTile * (D + 1);
+  Acc* Gs = Qs + kTile * (D + 1);
+  Acc* Ps = Gs + kTile * (D + 1);
+  Acc* Ds = Ps + kTile * kPitchP;
+  Acc* lse2 = Ds + kTile * kPitchP;
+  Acc* dl = lse2 + kTile;
   const int tr = threadIdx.x / 8, tc = threadIdx.x % 8;
   const TileOf at = tile_of(p, false);
   const int n0 = at.t * kTile;
   const T* q = batch_rows<T>(p.q, at.b, p.batch2);
   const T* go = batch_rows<T>(p.go, at.b, p.batch2);
   load_tile<T, D>(Ks, batch_rows<T>(p.k, at.b, p.batch2), p.k.row, n0, p.S, p.E, p.scale2);
-  load_tile<T, D>(Vs, batch_rows<T>(p.v, at.b, p.batch2), p.v.row, n0, p.S, p.E, 1.f);
-  float dk[4][D / 8], dv[4][D / 8];
+  load_tile<T, D>(Vs, batch_rows<T>(p.v, at.b, p.batch2), p.v.row, n0, p.S, p.E, Acc(1));
+  Acc dk[4][D / 8], dv[4][D / 8];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) dk[i][j] = dv[i][j] = 0.f;
+    for (int j = 0; j < D / 8; ++j) dk[i][j] = dv[i][j] = Acc(0);
   // Queries before the key tile's first row see none of it when causal.
   for (int m0 = p.causal ? n0 / kTile * kTile : 0; m0 < p.L; m0 += kTile) {
     __syncthreads();
-    load_tile<T, D>(Qs, q, p.q.row, m0, p.L, p.E, 1.f);
-    load_tile<T, D>(Gs, go, p.go.row, m0, p.L, p.E, 1.f);
+    load_tile<T, D>(Qs, q, p.q.row, m0, p.L, p.E, Acc(1));
+    load_tile<T, D>(Gs, go, p.go.row, m0, p.L, p.E, Acc(1));
     for (int r = threadIdx.x; r < kTile; r += kThreads) {
       const bool in = m0 + r < p.L;
-      lse2[r] = in ? p.lse[at.b * p.L + m0 + r] * kLog2e : 0.f;
-      dl[r] = in ? p.delta[at.b * p.L + m0 + r] : 0.f;
+      lse2[r] = in ? static_cast<const Acc*>(p.lse)[at.b * p.L + m0 + r] * Acc(kLog2e) : Acc(0);
+      dl[r] = in ? static_cast<const Acc*>(p.delta)[at.b * p.L + m0 + r] : Acc(0);
     }
     __syncthreads();
-    float s[4][8], dp[4][8];
+    Acc s[4][8], dp[4][8];
     tile_dot<D>(Ks, Qs, s);  // [key][query]
     tile_dot<D>(Vs, Gs, dp);
 #pragma unroll
@@ -332,7 +354,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kv(Params p) {
       for (int j = 0; j < 8; ++j) {
         const int c = tc + 8 * j, row = m0 + c;
         const bool seen = row < p.L && key < p.S && !(p.causal && key > row);
-        const float pr = seen ? exp2f(s[i][j] - lse2[c]) : 0.f;
+        const Acc pr = seen ? ex2(s[i][j] - lse2[c]) : Acc(0);
         Ps[(4 * tr + i) * kPitchP + c] = pr;
         Ds[(4 * tr + i) * kPitchP + c] = pr * (dp[i][j] - dl[c]);
       }
@@ -352,13 +374,13 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kv(Params p) {
     for (int j = 0; j < D / 8; ++j) {
       const int e = tc + 8 * j;
       if (e >= p.E) continue;
-      out[r + e] = dev::from_acc<T, float>(dk[i][j] * p.scale);
-      out[plane + r + e] = dev::from_acc<T, float>(dv[i][j]);
+      out[r + e] = dev::from_acc<T, Acc>(dk[i][j] * Acc(p.scale));
+      out[plane + r + e] = dev::from_acc<T, Acc>(dv[i][j]);
     }
   }
 }
 
-// Shared memory per block, in floats.
+// Shared memory per block, in accumulator elements.
 template <int D>
 constexpr int smem_floats(OpId op) {
   const int tile = kTile * (D + 1), probs = kTile * kPitchP;
@@ -405,22 +427,22 @@ void run(const KernelCall& call, int dev) {
   if (call.op != OpId::attention_lse) p.v = operand(in[o + 2]);
   if (backward) {
     p.go = operand(in[0]);
-    p.lse = static_cast<const float*>(in[4].raw_data());
-    p.delta = static_cast<const float*>(in[5].raw_data());
+    p.lse = in[4].raw_data();
+    p.delta = in[5].raw_data();
   }
   p.out = call.out.raw_data();
   p.batch2 = g.batch2;
   p.L = static_cast<int>(g.L);
   p.S = static_cast<int>(g.S);
   p.E = static_cast<int>(g.E);
-  p.scale = static_cast<float>(g.scale);
-  p.scale2 = static_cast<float>(g.scale * 1.4426950408889634);
+  p.scale = g.scale;
+  p.scale2 = g.scale * kLog2e;
   p.causal = g.causal;
   p.interleaved = g.interleaved;
   const int64_t side = call.op == OpId::attention_backward_kv ? g.S : g.L;
   p.tiles = static_cast<int>((side + kTile - 1) / kTile);
   const int64_t blocks = g.batches() * p.tiles;
-  const size_t smem = sizeof(float) * static_cast<size_t>(smem_floats<D>(call.op));
+  const size_t smem = sizeof(AccOf<T>) * static_cast<size_t>(smem_floats<D>(call.op));
   switch (call.op) {
     case OpId::attention:
       launch<attention_forward<T, D, false>>(p, blocks, smem, dev);
@@ -450,19 +472,21 @@ void attention(const KernelCall& call) {
   EMBER_CHECK(E <= 128, name, ": the CUDA kernels take head sizes up to 128, got ", E);
   EMBER_CHECK(q.size(-2) < (int64_t{1} << 30) && k.size(-2) < (int64_t{1} << 30), name,
               ": sequence lengths ", q.size(-2), " and ", k.size(-2), " are too long");
-  EMBER_CHECK(q.dtype() != kFloat64, name, ": the CUDA kernels take float32, float16 or bfloat16, ",
-              "got float64");
+  // float64 tiles take twice the shared memory: up to 64 wide.
+  EMBER_CHECK(q.dtype() != kFloat64 || E <= 64, name,
+              ": the CUDA kernels take float64 head sizes up to 64, got ", E);
   if (call.out.numel() == 0) return;
   const int dev = call.out.device().index;
   visit_float_dtype(q.dtype(), name.data(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<T, double>) {
-      if (E <= 32)
-        run<T, 32>(call, dev);
-      else if (E <= 64)
-        run<T, 64>(call, dev);
-      else
-        run<T, 128>(call, dev);
+    if (E <= 32) {
+      run<T, 32>(call, dev);
+    } else if constexpr (std::is_same_v<T, double>) {
+      run<T, 64>(call, dev);
+    } else if (E <= 64) {
+      run<T, 64>(call, dev);
+    } else {
+      run<T, 128>(call, dev);
     }
   });
 }

@@ -515,14 +515,19 @@ Entry entry_for(OpId op, Rng& r) {
         a.conv_padding = Dims(pad);
         a.conv_dilation = Dims(dil);
         a.groups = groups;
-        return [a](In x) { return dispatch(OpId::conv2d, {x[0].contiguous(), x[1].contiguous()}, a); };
+        return [a](In x) {
+          return dispatch(OpId::conv2d, {x[0].contiguous(), x[1].contiguous()}, a);
+        };
       };
-      return grad({{"3x3, padding 1", {U({2, 2, 4, 5}), U({3, 2, 3, 3})}, conv({1, 1}, {1, 1}, {1, 1}, 1)},
-                   {"stride 2, uneven padding, 2 groups",
-                    {U({1, 4, 5, 4}), U({4, 2, 3, 2})},
-                    conv({2, 1}, {1, 0}, {1, 1}, 2)},
-                   {"dilation 2", {U({1, 1, 5, 5}), U({2, 1, 2, 2})}, conv({1, 1}, {0, 0}, {2, 2}, 1)},
-                   {"1x1, depthwise", {U({2, 3, 2, 3}), U({3, 1, 1, 1})}, conv({1, 1}, {0, 0}, {1, 1}, 3)}});
+      return grad(
+          {{"3x3, padding 1", {U({2, 2, 4, 5}), U({3, 2, 3, 3})}, conv({1, 1}, {1, 1}, {1, 1}, 1)},
+           {"stride 2, uneven padding, 2 groups",
+            {U({1, 4, 5, 4}), U({4, 2, 3, 2})},
+            conv({2, 1}, {1, 0}, {1, 1}, 2)},
+           {"dilation 2", {U({1, 1, 5, 5}), U({2, 1, 2, 2})}, conv({1, 1}, {0, 0}, {2, 2}, 1)},
+           {"1x1, depthwise",
+            {U({2, 3, 2, 3}), U({3, 1, 1, 1})},
+            conv({1, 1}, {0, 0}, {1, 1}, 3)}});
     }
     case OpId::max_pool2d:
     case OpId::max_pool2d_backward: {
@@ -536,10 +541,13 @@ Entry entry_for(OpId op, Rng& r) {
       };
       if (op == OpId::max_pool2d_backward) {
         const Attrs a = pool({2, 2}, {2, 2}, {0, 0});
-        return not_differentiable(
-            [=] { return dispatch(op, {U({1, 2, 2, 2}), U({1, 2, 4, 4})}, a); });
+        return not_differentiable([=] {
+          return dispatch(op, {U({1, 2, 2, 2}), U({1, 2, 4, 4})}, a);
+        });
       }
-      auto run = [](Attrs a) { return [a](In x) { return dispatch(OpId::max_pool2d, {x[0].contiguous()}, a); }; };
+      auto run = [](Attrs a) {
+        return [a](In x) { return dispatch(OpId::max_pool2d, {x[0].contiguous()}, a); };
+      };
       return grad({{"2x2 stride 2", {U({2, 2, 4, 6})}, run(pool({2, 2}, {2, 2}, {0, 0}))},
                    {"3x3 stride 1, overlapping, padding 1",
                     {U({1, 2, 5, 4})},
@@ -554,6 +562,35 @@ Entry entry_for(OpId op, Rng& r) {
       a.shape = op == OpId::conv2d_backward_input ? Shape{2, 2, 3, 3} : Shape{4, 2, 3, 3};
       const Tensor other = op == OpId::conv2d_backward_input ? U({4, 2, 3, 3}) : U({2, 2, 3, 3});
       return not_differentiable([=] { return dispatch(op, {U({2, 4, 3, 3}), other}, a); });
+    }
+
+    // ---- fused attention (tests/nn/test_attention_fused.cpp checks the rows in depth)
+    case OpId::attention: {
+      auto att = [](bool causal, bool interleaved) {
+        Attrs a;
+        a.attn_scale = 0.6;
+        a.causal = causal;
+        a.interleaved = interleaved;
+        return [a](In x) { return dispatch(OpId::attention, {x[0], x[1], x[2]}, a); };
+      };
+      return grad({{"3-D", {U({2, 3, 4}), U({2, 5, 4}), U({2, 5, 4})}, att(false, false)},
+                   {"causal, 4-D, interleaved",
+                    {U({1, 2, 4, 3}), U({1, 2, 4, 3}), U({1, 2, 4, 3})},
+                    att(true, true)}});
+    }
+    case OpId::attention_lse:
+    case OpId::attention_backward_query:
+    case OpId::attention_backward_kv: {
+      Attrs a;
+      a.attn_scale = 0.6;
+      if (op == OpId::attention_lse)
+        return not_differentiable([=] { return dispatch(op, {U({2, 3, 4}), U({2, 5, 4})}, a); });
+      return not_differentiable([=] {
+        return dispatch(op,
+                        {U({2, 3, 4}), U({2, 3, 4}), U({2, 5, 4}), U({2, 5, 4}), U({2, 3}).detach(),
+                         U({2, 3}).detach()},
+                        a);
+      });
     }
 
     // ---- normalisers and losses

@@ -215,6 +215,8 @@ void cross_entropy_backward_trials(const Coverage& c, DType dt, Rng& r, std::vec
 void conv2d_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void conv2d_backward_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void max_pool2d_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
+// op_trials_attention.cpp
+void attention_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 // op_trials_shape.cpp
 void gather_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void index_select_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
