@@ -80,6 +80,13 @@ void attention_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& o
           for (int64_t e = 0; e < E; ++e)
             delta[b * L + i] += at(g, b, i, e, L, E) * O[(b * L + i) * E + e];
       }
+    // dS = P (dP - delta), and the size of its terms, which the error is relative to.
+    Vec dS(P.size(), 0.0), dS_mag(P.size(), 0.0);
+    for (size_t x = 0; x < P.size(); ++x) {
+      const double d = delta[x / static_cast<size_t>(S)];
+      dS[x] = P[x] * (dP[x] - d);
+      dS_mag[x] = P[x] * (std::fabs(dP[x]) + std::fabs(d));
+    }
     Attrs a;
     a.attn_scale = scale;
     a.causal = k.causal;
@@ -132,9 +139,7 @@ void attention_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& o
         for (int64_t b = 0; b < B; ++b)
           for (int64_t i = 0; i < L; ++i)
             for (int64_t j = 0; j < S; ++j) {
-              const double p = P[(b * L + i) * S + j], d = dP[(b * L + i) * S + j];
-              const double ds = p * (d - delta[b * L + i]);
-              const double mag = p * (std::fabs(d) + std::fabs(delta[b * L + i]));
+              const double ds = dS[(b * L + i) * S + j], mag = dS_mag[(b * L + i) * S + j];
               for (int64_t e = 0; e < E; ++e) {
                 const size_t to = static_cast<size_t>(row_at(b, i, L) * E + e);
                 t.expect.v[to] += scale * ds * at(kk, b, j, e, S, E);
@@ -152,9 +157,8 @@ void attention_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& o
         for (int64_t b = 0; b < B; ++b)
           for (int64_t i = 0; i < L; ++i)
             for (int64_t j = 0; j < S; ++j) {
-              const double p = P[(b * L + i) * S + j], d = dP[(b * L + i) * S + j];
-              const double ds = p * (d - delta[b * L + i]);
-              const double mag = p * (std::fabs(d) + std::fabs(delta[b * L + i]));
+              const size_t x = static_cast<size_t>((b * L + i) * S + j);
+              const double p = P[x], ds = dS[x], mag = dS_mag[x];
               for (int64_t e = 0; e < E; ++e) {
                 const size_t to = static_cast<size_t>(row_at(b, j, S) * E + e);
                 t.expect.v[to] += scale * ds * at(q, b, i, e, L, E);
