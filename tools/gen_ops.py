@@ -30,7 +30,7 @@ RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast"}
 DTYPES = {"float": "kFloatTypes", "numeric": "kNumericTypes", "all": "kAllTypes",
           "index": "kIndexTypes"}
 ROW_KEYS = {"kind", "arity", "dtypes", "rule", "attrs", "reads", "functor", "fwd", "grad",
-            "backward", "diff", "save", "api", "nn", "autocast"}
+            "backward", "diff", "save", "api", "nn", "autocast", "doc"}
 # Under autocast (core/autocast.h), PyTorch's policy: `lower` casts floating inputs to the low
 # dtype, `fp32` casts 16-bit floating inputs to float32, `promote` widens mixed floating inputs
 # to the widest; rows without the key run on what they are given.
@@ -140,7 +140,7 @@ class Table:
              "rule": row["rule"], "attrs": list(attrs), "reads": list(reads), "functor": row.get("functor"),
              "fwd": row.get("fwd"), "grad": None, "grad_op": None, "grad_reads": None,
              "api": bool(row.get("api", False)), "nn": row.get("nn") or {},
-             "autocast": row.get("autocast", "none")}
+             "autocast": row.get("autocast", "none"), "doc": row.get("doc")}
         if r["autocast"] not in AUTOCAST:
             fail(f"{where}: 'autocast' is one of {', '.join(sorted(AUTOCAST))}")
         for k in r["nn"]:
@@ -164,6 +164,11 @@ class Table:
             fail(f"{where}: 'api: true' generates the API of expression rows only")
         if r["nn"] and not r["api"]:
             fail(f"{where}: 'nn' forms call the generated API: set 'api: true'")
+        # The generated declarations carry it into the API reference (docs/Doxyfile.in).
+        if r["api"] and not (isinstance(r["doc"], str) and r["doc"].strip()):
+            fail(f"{where}: 'api: true' needs a 'doc' sentence for the API reference")
+        if r["doc"] is not None and not r["api"]:
+            fail(f"{where}: 'doc' documents a generated API: set 'api: true'")
 
         diff = row.get("diff", True)
         if diff not in (True, False):
@@ -515,6 +520,18 @@ def gen_make_functor(t):
             f"#define EMBER_ELEMENTWISE_OPS(X) \\\n  {lst}\n")
 
 
+def doc_lines(text, prefix=""):
+    """A row's doc as `///` lines of at most 100 columns, for the API reference."""
+    words, lines, line = (prefix + " ".join(text.split())).split(" "), [], "///"
+    for w in words:
+        if len(line) + 1 + len(w) > 100 and line != "///":
+            lines.append(line)
+            line = "///"
+        line += " " + w
+    lines.append(line)
+    return "".join(l + "\n" for l in lines)
+
+
 def api_params(t, r, with_defaults):
     ps = []
     for a in r["attrs"]:
@@ -532,11 +549,12 @@ def gen_api(t):
         if not r["api"]:
             continue
         n = r["name"]
-        decls.append(f"Tensor {n}(const Tensor& a{api_params(t, r, True)});\n")
+        decls.append(f"{doc_lines(r['doc'])}Tensor {n}(const Tensor& a{api_params(t, r, True)});\n")
         sets = "".join(f"  attrs.{a} = {a};\n" for a in r["attrs"])
         defs.append(f"Tensor {n}(const Tensor& a{api_params(t, r, False)}) {{\n"
                     f"  Attrs attrs;\n{sets}  return detail::unary_op(OpId::{n}, a, attrs);\n}}\n")
-    h = (HEADER + "// Included by core/ops.h: the public ops of rows with `api: true`.\n"
+    h = (HEADER + "/// \\file\n/// The ops generated from core/ops.yaml's rows with `api: true` (included "
+         "by core/ops.h).\n"
          "#pragma once\n\nnamespace ember {\n\n" + "".join(decls) + "\n}  // namespace ember\n")
     c = (HEADER + '#include "core/ops.h"\n\nnamespace ember {\n\n' + "\n".join(defs) +
          "\n}  // namespace ember\n")
@@ -552,7 +570,8 @@ def gen_nn(t):
         n = r["name"]
         fn = nn.get("functional", n)
         call_args = "".join(f", {a}" for a in r["attrs"])
-        fdecl.append(f"Tensor {fn}(const Tensor& x{api_params(t, r, True)});\n")
+        fdecl.append(doc_lines(r["doc"], f"The functional form of ember::{n}: ") +
+                     f"Tensor {fn}(const Tensor& x{api_params(t, r, True)});\n")
         fdef.append(f"Tensor {fn}(const Tensor& x{api_params(t, r, False)}) {{\n"
                     f"  return ember::{n}(x{call_args});\n}}\n")
         mod = nn.get("module")
@@ -561,17 +580,26 @@ def gen_nn(t):
         if r["attrs"]:
             first = r["attrs"][0]
             fty, fdefault = t.attrs[first]
-            ctor = (f"  {mod}Options({TYPES[fty][1]} {first} = {fdefault}) : {first}_({first}) "
+            ctor = (f"  /// Options with `{first}` given (so `{mod}({fdefault})` reads well).\n"
+                    f"  {mod}Options({TYPES[fty][1]} {first} = {fdefault}) : {first}_({first}) "
                     f"{{}}  // NOLINT: {mod}({fdefault}) reads well\n")
-            args = "".join(f"  EMBER_ARG({TYPES[t.attrs[a][0]][0]}, {a}) = {t.attrs[a][1]};\n"
+            args = "".join(f"  /// `{a}` of ember::{n} (default {t.attrs[a][1]}).\n"
+                           f"  EMBER_ARG({TYPES[t.attrs[a][0]][0]}, {a}) = {t.attrs[a][1]};\n"
                            for a in r["attrs"])
-            mdecl.append(f"struct {mod}Options {{\n{ctor}{args}}};\n\n"
+            mdecl.append(f"/// Options of {mod} (the arguments of ember::{n}).\n"
+                         f"struct {mod}Options {{\n{ctor}{args}}};\n\n"
+                         + doc_lines(r["doc"], f"The module form of ember::{n}: ") +
                          f"class {mod}Impl : public Module {{\n public:\n"
+                         f"  /// A module applying ember::{n} with these options.\n"
                          f"  explicit {mod}Impl(const {mod}Options& options = {{}}) "
                          f": options(options) {{}}\n"
+                         f"  /// ember::{n} of `x`, elementwise: any shape.\n"
                          f"  Tensor forward(const Tensor& x);\n"
+                         f"  /// Prints `{mod}(` and the options `)`.\n"
                          f"  void pretty_print(std::ostream& os) const override;\n\n"
-                         f"  {mod}Options options;\n}};\nEMBER_MODULE({mod});\n")
+                         f"  {mod}Options options;  ///< what forward passes to ember::{n}\n}};\n"
+                         f"/// The module holder of {mod}Impl (a shared pointer, like libtorch's).\n"
+                         f"EMBER_MODULE({mod});\n")
             opt_args = "".join(f", options.{a}()" for a in r["attrs"])
             shown = ' << ", " '.join(f'<< "{a}=" << options.{a}()' for a in r["attrs"])
             mdef.append(f"Tensor {mod}Impl::forward(const Tensor& x) {{\n"
@@ -579,16 +607,23 @@ def gen_nn(t):
                         f"void {mod}Impl::pretty_print(std::ostream& os) const {{\n"
                         f"  os << \"{mod}(\" {shown} << \")\";\n}}\n")
         else:
-            mdecl.append(f"class {mod}Impl : public Module {{\n public:\n"
+            mdecl.append(doc_lines(r["doc"], f"The module form of ember::{n}: ") +
+                         f"class {mod}Impl : public Module {{\n public:\n"
+                         f"  /// ember::{n} of `x`, elementwise: any shape.\n"
                          f"  Tensor forward(const Tensor& x);\n"
+                         f"  /// Prints `{mod}()`.\n"
                          f"  void pretty_print(std::ostream& os) const override "
-                         f"{{ os << \"{mod}()\"; }}\n}};\nEMBER_MODULE({mod});\n")
+                         f"{{ os << \"{mod}()\"; }}\n}};\n"
+                         f"/// The module holder of {mod}Impl (a shared pointer, like libtorch's).\n"
+                         f"EMBER_MODULE({mod});\n")
             mdef.append(f"Tensor {mod}Impl::forward(const Tensor& x) "
                         f"{{ return functional::{fn}(x); }}\n")
-    hf = (HEADER + "// Included by nn/functional.h: the functional forms of rows with `nn`.\n"
+    hf = (HEADER + "/// \\file\n/// The functional forms generated from core/ops.yaml's rows with `nn` "
+          "(included by nn/functional.h).\n"
           "#pragma once\n\n#include \"core/tensor.h\"\n\nnamespace ember::nn::functional {\n\n" +
           "".join(fdecl) + "\n}  // namespace ember::nn::functional\n")
-    hm = (HEADER + "// Included by nn/activation.h: the modules of rows with `nn.module`.\n"
+    hm = (HEADER + "/// \\file\n/// The activation modules generated from core/ops.yaml's rows with "
+          "`nn.module` (included by\n/// nn/activation.h).\n"
           "#pragma once\n#include <ostream>\n\n#include \"nn/holder.h\"\n"
           "#include \"nn/module.h\"\n#include \"nn/options.h\"\n\nnamespace ember::nn {\n\n" +
           "\n".join(mdecl) + "\n}  // namespace ember::nn\n")

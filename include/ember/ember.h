@@ -1,5 +1,9 @@
 #pragma once
-// Ember's umbrella header: `#include <ember/ember.h>` gives the whole public API.
+/// \file
+/// Ember's umbrella header: `#include <ember/ember.h>` gives the whole public API.
+///
+/// Every header it includes, and every header those include from this project, is public and
+/// documented in the API reference (tools/public_headers.py lists them for Doxygen).
 
 #include "autograd/autograd.h"
 #include "core/allocator.h"
@@ -45,3 +49,29 @@
 #include "optim/schedulers.h"
 #include "optim/serialize.h"
 #include "optim/sgd.h"
+
+/// Ember: tensors, their ops and factories, devices and dtypes (like libtorch's `torch::`).
+namespace ember {
+/// Reverse-mode automatic differentiation: the backward graph, its engine, grad modes and
+/// gradcheck (like `torch::autograd`).
+namespace autograd {}
+/// The CPU device's host memory and its allocator.
+namespace cpu {}
+/// The CUDA device: availability, streams, synchronization and memory statistics.
+namespace cuda {}
+/// Datasets, samplers, the DataLoader and readers of data files (like `torch::data`).
+namespace data {}
+/// The tracing JIT: `jit::compile` of a whole training step, `jit::explain`, and its logs.
+namespace jit {}
+/// Neural-network modules, their options and the functional forms (like `torch::nn`).
+namespace nn {
+/// Stateless functions of the modules' computations (like `torch::nn::functional`).
+namespace functional {}
+/// Parameter initializers (like `torch::nn::init`).
+namespace init {}
+/// Utilities over a module's parameters, such as gradient clipping (like `torch::nn::utils`).
+namespace utils {}
+}  // namespace nn
+/// Optimizers, learning-rate schedulers and the gradient scaler (like `torch::optim`).
+namespace optim {}
+}  // namespace ember

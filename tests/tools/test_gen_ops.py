@@ -74,6 +74,10 @@ CASES = [
      ["silu", "'z' is not an input"]),
     ("an unknown row key", set_row("relu", inplace=True), ["relu", "unknown key 'inplace'"]),
     ("an unknown dtype set", set_row("relu", dtypes="floats"), ["relu", "unknown dtypes"]),
+    ("a generated API without its doc", drop_key("silu", "doc"),
+     ["silu", "needs a 'doc' sentence"]),
+    ("a doc on a row with no generated API", set_row("relu", doc="Rectifier."),
+     ["relu", "'doc' documents a generated API"]),
 ]
 
 
