@@ -6,7 +6,7 @@
 namespace ember {
 
 bool Tensor::requires_grad() const {
-  const AutogradMeta* m = impl()->autograd.get();
+  const AutogradMeta* m = checked("requires_grad").autograd.get();
   return m && m->requires_grad;
 }
 
@@ -30,18 +30,19 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 
 bool Tensor::is_leaf() const {
-  const AutogradMeta* m = impl()->autograd.get();
+  const AutogradMeta* m = checked("is_leaf").autograd.get();
   return !m || !m->grad_fn;
 }
 
 Tensor Tensor::grad() const {
-  const AutogradMeta* m = impl()->autograd.get();
+  const AutogradMeta* m = checked("grad").autograd.get();
   Tensor g = m ? m->grad : Tensor();
   if (const TraceHooks* h = trace_hooks(); h && h->on_grad_read) h->on_grad_read(*this, g);
   return g;
 }
 
 void Tensor::set_grad(const Tensor& g) {
+  EMBER_CHECK(defined(), "set_grad: undefined tensor");
   if (g.defined()) {
     EMBER_CHECK(g.sizes() == sizes() && g.dtype() == dtype() && g.device() == device(),
                 "set_grad: gradient ", dtype_name(g.dtype()), " ", g.sizes(), " on ",
@@ -55,7 +56,7 @@ void Tensor::set_grad(const Tensor& g) {
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
-  const AutogradMeta* m = impl()->autograd.get();
+  const AutogradMeta* m = checked("grad_fn").autograd.get();
   return m ? m->grad_fn : nullptr;
 }
 

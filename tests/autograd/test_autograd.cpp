@@ -137,6 +137,17 @@ TEST_CASE("Only floating-point tensors can require grad", "[autograd]") {
   CHECK_FALSE(cast(f, kInt64).requires_grad());
 }
 
+TEST_CASE("The autograd accessors of an undefined tensor raise instead of crashing",
+          "[autograd]") {
+  Tensor u;
+  CHECK_THROWS_WITH(u.requires_grad(), Contains("requires_grad") && Contains("undefined"));
+  CHECK_THROWS_WITH(u.is_leaf(), Contains("is_leaf") && Contains("undefined"));
+  CHECK_THROWS_WITH(u.grad(), Contains("grad") && Contains("undefined"));
+  CHECK_THROWS_WITH(u.grad_fn(), Contains("grad_fn") && Contains("undefined"));
+  CHECK_THROWS_WITH(u.set_grad(Tensor()), Contains("set_grad") && Contains("undefined"));
+  CHECK_THROWS_WITH(u.set_grad(zeros({2})), Contains("set_grad") && Contains("undefined"));
+}
+
 TEST_CASE("Gradients accumulate over backward calls until cleared", "[autograd]") {
   Tensor x = leaf({1, 2, 3});
   (x * x).sum().backward();
