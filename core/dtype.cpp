@@ -1,6 +1,10 @@
 #include "core/dtype.h"
 
+#include <ostream>
+
 namespace ember {
+
+std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 std::string_view dtype_name(DType t) {
   switch (t) {

@@ -385,3 +385,9 @@ TEST_CASE("printing a CUDA tensor names its device", "[tensor][print][cuda]") {
   CHECK(test::make({1, 2}, {2}, kInt32, Device::cuda()).str() ==
         "tensor([1, 2], device='cuda:0', dtype=ember.int32)");
 }
+
+TEST_CASE("A dtype prints its name", "[tensor]") {
+  std::ostringstream os;
+  os << kBFloat16 << " " << kInt64 << " " << zeros({1}, kFloat64).dtype();
+  CHECK(os.str() == "bfloat16 int64 float64");
+}

@@ -223,6 +223,13 @@ TEST_CASE("TensorDataset, Subset and random_split", "[data]") {
   CHECK(thirds[0]->size() == 4);  // floor gives 3, 3, 3; the remainder goes to the first
   CHECK_THROWS_WITH(data::random_split(ds, std::vector<int64_t>{6, 5}), Contains("sum to 11"));
   CHECK_THROWS_WITH(data::random_split(ds, std::vector<double>{0.5, 0.6}), Contains("sum to"));
+  // Braced sizes and fractions pick the same overloads, and draw the same split.
+  manual_seed(9);
+  const auto braced = data::random_split(ds, {6, 4});
+  CHECK(braced[0]->indices() == parts[0]->indices());
+  const auto braced_fractions = data::random_split(ds, {0.34, 0.33, 0.33});
+  CHECK(braced_fractions[0]->size() == 4);
+  CHECK_THROWS_WITH(data::random_split(ds, {6, 5}), Contains("sum to 11"));
 }
 
 TEST_CASE("read_csv: plain and gzip'd, header, blank lines, and bad rows named", "[data]") {
