@@ -1,13 +1,28 @@
 #pragma once
+/// \file
+/// The reverse-mode backward engine (`ember::autograd::backward`).
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace ember::autograd {
 
-// Backpropagates from `roots` with the given output gradients (an undefined gradient means
-// ones, allowed for one-element roots), accumulating into the .grad of the leaves reached.
-// Without retain_graph the saved tensors of every node run are freed.
+/// Backpropagates from several roots at once, like `torch.autograd.backward`.
+///
+/// Runs every node reachable from `roots` once, in dependency order (the most recently created
+/// ready node first, so runs are deterministic), summing gradients that meet at a node, and
+/// accumulates (adds) the result into `.grad()` of each leaf reached; a leaf's `.grad()` starts
+/// undefined and is not reset between calls (zero it, e.g. with `Optimizer::zero_grad`).
+/// Backward runs with grad mode and autocast off, so the gradients themselves carry no graph
+/// (no double backward).
+/// \param roots tensors to differentiate; each must require grad.
+/// \param grads one gradient per root, with the root's shape and device (cast to its dtype); an
+///   undefined gradient means ones and is allowed only for a one-element root.
+/// \param retain_graph keep the saved tensors so the graph can be backpropagated again;
+///   without it they are freed, and a second backward through the same nodes throws.
+/// \throws ember::Error when the sizes of `roots` and `grads` differ, a root is undefined or
+///   does not require grad, a gradient does not match its root, or a saved tensor was freed or
+///   modified in place since it was saved.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
               bool retain_graph = false);
 

@@ -1,14 +1,23 @@
 #pragma once
-// ember::Error: every failure a user can cause is one of these, naming the op and the
-// offending shapes / dtypes / devices / values.
+/// \file
+/// ember::Error, the one exception type of Ember, and the EMBER_CHECK / EMBER_FAIL macros.
+///
+/// Every failure a user can cause is an Error whose message names the op and the offending
+/// shapes / dtypes / devices / values.
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 namespace ember {
 
+/// The exception Ember throws for every failure a user can cause (bad shapes, dtypes, devices,
+/// values, a missing CUDA device), like `c10::Error`.
+///
+/// what() names the op and the offending values, e.g. "mm: shapes [2, 3] and [4, 5] cannot be
+/// multiplied (3 != 4)". Catch it as `ember::Error` or as `std::runtime_error`.
 class Error : public std::runtime_error {
  public:
+  /// An error with message `msg` (returned by what()).
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
@@ -23,9 +32,14 @@ template <class... Args>
 
 }  // namespace ember
 
-// EMBER_CHECK(cond, "op: ", a, " vs ", b): the message is only built when cond fails.
+/// Throws ember::Error unless `cond` holds; the message is the remaining arguments streamed
+/// together with `<<`, built only when `cond` fails.
+/// \code
+/// EMBER_CHECK(a.dim() == 2, "mm: expected a matrix, got shape ", a.sizes());
+/// \endcode
 #define EMBER_CHECK(cond, ...)                                                   \
   do {                                                                           \
     if (__builtin_expect(!(cond), 0)) ::ember::detail::throw_error(__VA_ARGS__); \
   } while (0)
+/// Throws ember::Error with the arguments streamed together with `<<` as the message.
 #define EMBER_FAIL(...) ::ember::detail::throw_error(__VA_ARGS__)

@@ -1,17 +1,30 @@
 #pragma once
-// Host-side 16-bit float storage types. Arithmetic happens in float: these only convert.
-// On the device the CUDA kernels use __half / __nv_bfloat16, which share the bit layout.
+/// \file
+/// Host-side 16-bit float storage types, Half (IEEE binary16) and BFloat16.
+///
+/// Arithmetic happens in float: these only store and convert. On the device the CUDA kernels use
+/// `__half` / `__nv_bfloat16`, which share the bit layout, so a tensor's bytes mean the same on
+/// both sides.
 #include <cstdint>
 #include <cstring>
 
 namespace ember {
 
+/// An IEEE 754 half-precision float (1 sign, 5 exponent, 10 mantissa bits), the host type of
+/// kFloat16 (like `c10::Half`).
+///
+/// Converts implicitly from and to float; conversions round to nearest even, overflow to
+/// infinity and keep NaN, subnormals and signed zeros.
 struct Half {
-  uint16_t bits = 0;
+  uint16_t bits = 0;  ///< The raw binary16 bit pattern.
+  /// Positive zero.
   Half() = default;
+  /// Rounds `f` to the nearest half (ties to even).
   Half(float f) : bits(from_float(f)) {}  // NOLINT: implicit like a numeric type
+  /// The exact float value of this half.
   operator float() const { return to_float(bits); }
 
+  /// The binary16 bits nearest to `f` (round to nearest even; NaN stays a quiet NaN).
   static uint16_t from_float(float f) {
     uint32_t x;
     std::memcpy(&x, &f, 4);
@@ -33,6 +46,7 @@ struct Half {
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
     return uint16_t(sign | h);
   }
+  /// The float that binary16 bits `h` encode (exact: every half is a float).
   static float to_float(uint16_t h) {
     const uint32_t sign = uint32_t(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
@@ -58,12 +72,20 @@ struct Half {
   }
 };
 
+/// A bfloat16 (the upper 16 bits of a float: 8 exponent, 7 mantissa bits), the host type of
+/// kBFloat16 (like `c10::BFloat16`).
+///
+/// Same range as float, less precision. Converts implicitly from and to float.
 struct BFloat16 {
-  uint16_t bits = 0;
+  uint16_t bits = 0;  ///< The raw bfloat16 bit pattern.
+  /// Positive zero.
   BFloat16() = default;
+  /// Rounds `f` to the nearest bfloat16 (ties to even).
   BFloat16(float f) : bits(from_float(f)) {}  // NOLINT
+  /// The exact float value of this bfloat16.
   operator float() const { return to_float(bits); }
 
+  /// The bfloat16 bits nearest to `f` (round to nearest even; NaN stays a quiet NaN).
   static uint16_t from_float(float f) {
     uint32_t x;
     std::memcpy(&x, &f, 4);
@@ -71,6 +93,7 @@ struct BFloat16 {
     x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even
     return uint16_t(x >> 16);
   }
+  /// The float that bfloat16 bits `b` encode (exact).
   static float to_float(uint16_t b) {
     const uint32_t x = uint32_t(b) << 16;
     float f;

@@ -1,15 +1,18 @@
 #pragma once
-// The signature of a compiled call: what of its arguments a cached executable depends on, and
-// the one check that a later call has the same, which also explains a miss. Checking and
-// explaining are one function so that a message can never name a property the check ignored.
-//
-// What is guarded, per tensor argument: its sizes (with dynamic dims, only its rank and the
-// static dims), its strides (with dynamic dims: that it is contiguous, since layouts are
-// re-derived per size), dtype, device, requires_grad and which arguments are the same tensor.
-// What is not: where the argument lives, storage offset included. Every kernel reads its operands
-// through their data pointers at run time and checks alignment itself where it vectorizes, and
-// a CUDA graph is looked up by its arguments' addresses; so a slice of a larger tensor (a batch
-// of a data set) is an ordinary argument.
+/// \file
+/// The signature of a compiled call: what of its arguments a cached executable depends on, and
+/// the one check that a later call has the same, which also explains a miss.
+///
+/// Checking and explaining are one function so that a message can never name a property the
+/// check ignored. What is guarded, per tensor argument: its sizes (with dynamic dims, only its
+/// rank and the static dims), its strides (with dynamic dims: that it is contiguous, since
+/// layouts are re-derived per size), dtype, device, requires_grad and which arguments are the
+/// same tensor; besides, the plain arguments' values, grad mode and the autocast state. What is
+/// not: where the argument lives, storage offset included. Every kernel reads its operands
+/// through their data pointers at run time and checks alignment itself where it vectorizes, and
+/// a CUDA graph is looked up by its arguments' addresses; so a slice of a larger tensor (a
+/// batch of a data set) is an ordinary argument. Everything declared here is internal
+/// (`ember::jit::detail`); jit/compile.h describes the rules for users.
 #include <array>
 #include <cstdint>
 #include <span>

@@ -170,7 +170,7 @@ TEST_CASE("a compiled LSTM training step over the time loop equals eager", "[nn]
   CHECK(eager.front() != eager.back());
 }
 
-// The README's recipe for sequences of different lengths without packing: pad after the valid
+// The recipe (docs/features.md) for sequences of different lengths without packing: pad after the valid
 // steps, run the batch, read each sequence's output at its own last valid step. Checked against
 // each sequence run alone, and with garbage in the padding (it must not leak backwards).
 TEST_CASE("variable lengths by padding: each sequence's last valid output equals it run alone",
