@@ -1,20 +1,71 @@
 #pragma once
-// jit::compile: wraps a whole training step (or any function of tensors) so it is traced once
-// per signature and replayed from a cached executable afterwards.
-//
-//   auto step = jit::compile([&](const Tensor& x, const Tensor& y) { ...; return loss; },
-//                            {.mode = jit::Mode::Default, .fullgraph = true});
-//   Tensor loss = step(x, y);
-//
-// Arguments: tensors (part of the signature: shape, strides, dtype, device, requires_grad) and
-// plain values (arithmetic, enums, strings: guarded by value, a new value is a new signature).
-// Results: a Tensor, std::tuple / std::pair of tensors, std::vector<Tensor>, or nothing.
-// The rules (what is frozen, what is guarded, what breaks a graph) are in the README.
-//
-// Threads: calls of one compiled function (and of its copies, which share its cache) are
-// serialised: a second thread waits until the first call returns. A call made from inside the
-// function's own body (recursion) runs the body directly, as plain eager code (inside a trace it
-// is traced inline, like any other code of the outer call).
+/// \file
+/// jit::compile: wraps a whole training step (or any function of tensors) so it is traced per
+/// signature and replayed from a cached executable afterwards (PyTorch's `torch.compile`, with
+/// backward and the optimizer step inside the graph).
+///
+/// \code
+/// auto train_step = jit::compile([&](const Tensor& x, const Tensor& y) {
+///   opt.zero_grad();
+///   Tensor loss = criterion(model(x), y);
+///   loss.backward();
+///   opt.step();
+///   return loss;
+/// }, {.mode = jit::Mode::ReduceOverhead, .fullgraph = true});
+/// float l = train_step(x, y).item<float>();  // read the loss outside the compiled function
+/// \endcode
+///
+/// **Tracing.** A call with a new signature runs the function eagerly under a tracer (its
+/// result is the eager result). Once two consecutive traces of a signature agree (ops,
+/// attributes, layouts, state identities, frozen constants), the graph is optimized (dead code,
+/// common subexpressions, constant folding, canonicalization, fusion, memory planning) and later
+/// calls replay the executable without running the function. A training step therefore needs
+/// two traced calls that agree, after one that creates state if it has any (momentum buffers):
+/// two or three in all.
+///
+/// **Arguments and signature.** Arguments are tensors and plain values (numbers, enums,
+/// strings); capture modules and optimizers in the lambda. The signature is, per tensor
+/// argument, its shape (with dynamic dims: its rank and static dims), strides (with dynamic
+/// dims: that it is contiguous), dtype, device, requires_grad and which arguments are the same
+/// tensor; the value of each plain argument; grad mode; the autocast state; and, for gradients
+/// the function reads before setting them, whether each is set and its layout. Where an
+/// argument lives (storage offset included) is not part of it, so a batch sliced from a larger
+/// tensor is an ordinary argument. A miss is logged with its reason (`input 0 dim 0: 128 -> 56`).
+/// After Options::recompile_limit signatures, new ones run eagerly (said once on stderr).
+///
+/// **State and frozen values.** A tensor the function uses but neither receives nor creates
+/// (parameters, `.grad` slots, optimizer buffers and hyperparameters, step counters, the
+/// default generator) is state: read live at every replay and updated in place, so after a
+/// replay model and optimizer are as eager would leave them. `opt.set_lr()` between calls
+/// therefore needs no recompile. A replay checks that every state tensor still lives in the
+/// same memory with the same requires_grad (`model->to()` or freezing a parameter retraces),
+/// and a module's train()/eval(), new optimizer parameters or structural optimizer options
+/// (momentum on or off, nesterov, amsgrad, maximize) retrace too. Host values the lambda
+/// captures (a `float` scalar, a tensor built from host data inside it) are frozen into the
+/// trace: one that changes between the traced calls is a graph break, one that changes only
+/// later is not seen. Pass such values as arguments or keep them in a tensor.
+///
+/// **Graph breaks.** Reading tensor data on the host inside the function (`item()`,
+/// `to_vector()`, `data_ptr()`, `to(cpu)` of a traced tensor), a random op on a non-default
+/// generator, a result that still needs autograd when the function ran no backward, a frozen
+/// constant that changes, or traces that never agree. With Options::fullgraph that raises
+/// GraphBreakError naming the op, the reason and the call site; otherwise that signature runs
+/// eagerly from then on and the break is logged once (`EMBER_LOGS=graph_breaks`).
+///
+/// **Results.** A Tensor, a std::tuple or std::pair of tensors, a std::vector<Tensor>, or
+/// nothing. Returned tensors are fresh (a later call never overwrites them); a replay returns
+/// them detached (a loss that required grad is fine once the function ran backward). A
+/// gradient `p.grad()` after a replay is a buffer the executable reuses: clone it to keep it
+/// past the next call.
+///
+/// **Logs.** `EMBER_LOGS=graph_breaks,recompiles,graph,fusion,code,cache,autotune,perf` (or
+/// `all`) writes to stderr with an `[ember]` prefix (jit/log.h); explain() reports what
+/// compiling a function would do.
+///
+/// **Threads.** Calls of one compiled function (and of its copies, which share its cache) are
+/// serialised: a second thread waits until the first call returns. A call made from inside the
+/// function's own body (recursion) runs the body directly, as plain eager code (inside a trace
+/// it is traced inline, like any other code of the outer call).
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -37,50 +88,71 @@
 
 namespace ember::jit {
 
+/// How a compiled function's executables run (PyTorch's `mode=`).
 enum class Mode {
-  Default,         // the plan's kernels launched in order
-  ReduceOverhead,  // CUDA: the executable replayed as a CUDA graph (next issue)
-  MaxAutotune,     // CUDA: also autotunes GEMM algorithms and launch shapes (next issue)
+  Default,  ///< the plan's kernels launched in order
+  /// CUDA: after one plain replay, the replay is captured as a CUDA graph (per argument
+  /// addresses) and replayed with one launch. Plans that cannot be captured (CPU tensors,
+  /// non-contiguous arguments, several GPUs) run as in Default.
+  ReduceOverhead,
+  /// ReduceOverhead, and each GEMM times the top cuBLASLt algorithms on its real operands once
+  /// and keeps the fastest (`EMBER_LOGS=autotune`).
+  MaxAutotune,
 };
 
+/// Options of jit::compile, set with designated initializers:
+/// `{.mode = jit::Mode::ReduceOverhead, .fullgraph = true}`.
 struct Options {
-  Mode mode = Mode::Default;
-  // A graph break raises GraphBreakError instead of running that signature eagerly.
+  Mode mode = Mode::Default;  ///< how executables run
+  /// true: a graph break raises GraphBreakError instead of running that signature eagerly
+  /// (PyTorch's `fullgraph=True`).
   bool fullgraph = false;
-  // true: every input dim is symbolic (one executable for all sizes); false: always specialize;
-  // unset (auto): specialize first, make a dim symbolic the first time it changes.
+  /// true: every dim of every (contiguous) argument is symbolic, one executable for all sizes;
+  /// false: always specialize; unset (auto, the default): specialize first and make a dim
+  /// symbolic, for good, the first time it changes. A size met before keeps the executable
+  /// specialized for it; a symbolic signature serves every other size from one template,
+  /// re-planning memory per size (up to 8 sizes kept).
   std::optional<bool> dynamic = std::nullopt;
-  // Signatures traced per function before it gives up and runs eagerly.
+  /// Signatures traced per function before new ones run eagerly (said once).
   int recompile_limit = 8;
-  std::string name = "fn";  // in logs
+  std::string name = "fn";  ///< the function's name in logs
 };
 
-// What a compiled function did so far.
+/// What a compiled function did so far (Compiled::stats()).
 struct CompileStats {
-  int traces = 0;          // eager runs under the tracer
-  int executables = 0;     // executables built
-  int recompiles = 0;      // signature misses after the first signature
-  int replays = 0;         // calls served by an executable
-  int graph_replays = 0;   // of those, launched as one captured CUDA graph
-  int graph_captures = 0;  // CUDA graphs captured (one per addresses of the arguments)
-  int eager_calls = 0;     // calls run eagerly (breaks, past the limit)
-  int graph_breaks = 0;
+  int traces = 0;          ///< eager runs under the tracer
+  int executables = 0;     ///< executables built (a dynamic template counts as one)
+  int recompiles = 0;      ///< signature misses after the first signature, and retraces
+  int replays = 0;         ///< calls served by an executable
+  int graph_replays = 0;   ///< of those, launched as one captured CUDA graph
+  int graph_captures = 0;  ///< CUDA graphs captured (one per addresses of the arguments)
+  int eager_calls = 0;     ///< calls run eagerly, untraced (breaks, past the limit)
+  int graph_breaks = 0;    ///< signatures that broke and run eagerly
 };
 
-// What jit::explain found: the graph before and after the passes, breaks, fusion, memory.
+/// What jit::explain() found: the graph before and after the passes, breaks, fusion, memory.
 struct Explanation {
-  bool captured = false;               // false: the function breaks (see breaks)
-  std::vector<std::string> breaks;     // "item: reads tensor data ... (at file:line)"
-  std::string traced_graph;            // text dump before the passes
-  std::string optimized_graph;         // after them (fused groups marked)
-  std::string dot;                     // Graphviz of the optimized graph
-  std::vector<std::string> passes;     // "dce: 120 -> 96 nodes"
-  std::vector<std::string> groups;     // "pointwise: 3 nodes (relu, mul, add)"
-  std::vector<std::string> lowerings;  // how fused groups run on the device (CUDA)
-  int32_t nodes_traced = 0, nodes_optimized = 0;
-  int32_t kernels_per_replay = 0;
-  int64_t arena_bytes = 0;
+  bool captured = false;               ///< false: the function breaks (see breaks)
+  std::vector<std::string> breaks;     ///< "item: reads tensor data ... (at file:line)"
+  std::string traced_graph;            ///< text dump before the passes
+  std::string optimized_graph;         ///< text dump after them (fused groups marked)
+  std::string dot;                     ///< Graphviz of the optimized graph
+  std::vector<std::string> passes;     ///< per pass, "dce: 120 -> 96 nodes"
+  std::vector<std::string> groups;     ///< fused groups, "pointwise: 3 nodes (relu, mul, add)"
+  std::vector<std::string> lowerings;  ///< how fused groups run on the device (CUDA)
+  /// Nodes in the traced graph.
+  int32_t nodes_traced = 0, nodes_optimized = 0;  ///< nodes after the passes
+  int32_t kernels_per_replay = 0;                 ///< kernel calls per replay
+  int64_t arena_bytes = 0;  ///< bytes of the memory plan's arena for intermediates
+  /// The report as text (what explain() prints).
   std::string str() const;
+  /// Writes the optimized graph as a picture: `<stem>.svg` rendered by Graphviz's `dot` when it
+  /// is on the PATH (Debian's `graphviz`), else the Graphviz text as `<stem>.dot`, which any
+  /// Graphviz viewer renders. Fused groups are boxed clusters, inputs and outputs ellipses.
+  /// \return the path written.
+  /// \throws ember::Error when the function broke (no graph), when the file cannot be written,
+  /// or when `dot` fails; a failure leaves no partial `<stem>.svg` behind.
+  std::string write_graph(const std::string& stem) const;
 };
 
 namespace detail {
@@ -179,13 +251,22 @@ R unflatten_result(std::vector<Tensor>& v) {
 
 }  // namespace detail
 
+/// A compiled function, returned by jit::compile(); call it like the function it wraps.
+///
+/// Copies share the function and its cache of executables.
 template <class F>
 class Compiled {
  public:
+  /// Wraps `fn`; prefer jit::compile().
   Compiled(F fn, Options options)
       : fn_(std::make_shared<F>(std::move(fn))),
         core_(std::make_shared<detail::CompiledCore>(std::move(options))) {}
 
+  /// Calls the function: replays a cached executable whose signature fits, or runs the function
+  /// eagerly (tracing it while the signature is new). Returns what the function returns.
+  /// \throws GraphBreakError with Options::fullgraph, if the function cannot be captured whole.
+  /// \throws ember::Error whatever the function throws, or if the plain arguments exceed 16
+  ///         values or 240 bytes.
   template <class... Args>
   auto operator()(Args&&... args) {
     using R = std::invoke_result_t<F&, Args&...>;
@@ -220,8 +301,12 @@ class Compiled {
     return detail::unflatten_result<R>(outputs_);
   }
 
+  /// What the function did so far: traces, executables, replays, breaks.
   const CompileStats& stats() const { return core_->stats(); }
+  /// The optimized graph of the most recently built executable, as text (empty if none).
   std::string last_graph() const { return core_->last_graph(); }
+  /// Drops every cached executable and signature (and the recompile-limit state); the next
+  /// call traces afresh. stats() are kept.
   void reset() { core_->reset(); }
 
  private:
@@ -230,8 +315,16 @@ class Compiled {
   std::vector<Tensor> outputs_;
 };
 
-// Runs `fn(args...)` once eagerly under the tracer (its effects happen, as in eager) and reports
-// what compiling it would do; also prints the report to stderr.
+/// Runs `fn(args...)` once eagerly under the tracer and reports what compiling it would do
+/// (PyTorch's `torch._dynamo.explain`); also prints the report to stderr.
+///
+/// Its effects happen, as in eager: explaining a training step takes one step. From one trace
+/// it cannot see a frozen constant that changes between calls or traces that disagree; a break
+/// is reported in Explanation::breaks, never thrown.
+/// \code
+/// jit::Explanation ex = jit::explain(step_fn, x, y);
+/// std::cout << ex.kernels_per_replay << " kernels\n";
+/// \endcode
 template <class F, class... Args>
 Explanation explain(F&& fn, Args&&... args) {
   std::vector<Tensor> tensors;
@@ -257,6 +350,8 @@ Explanation explain(F&& fn, Args&&... args) {
   return detail::explain_call(tensors, eager, &ctx);
 }
 
+/// Compiles `fn` (a lambda, function object or function pointer taking tensors and plain
+/// values): nothing is traced until the first call. See jit/compile.h for the rules.
 template <class F>
 Compiled<std::decay_t<F>> compile(F&& fn, Options options = {}) {
   return Compiled<std::decay_t<F>>(std::forward<F>(fn), std::move(options));

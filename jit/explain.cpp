@@ -1,7 +1,17 @@
 // jit::explain: one traced run, the passes, and a readable report of what compiling would do.
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
+#include "core/error.h"
+
+extern char** environ;  // POSIX: the process's environment, handed on to the program spawned
 #include "jit/compile.h"
 #include "jit/executor.h"
 #include "jit/passes.h"
@@ -28,6 +38,61 @@ std::string Explanation::str() const {
   os << "arena: " << arena_bytes << " bytes\n";
   os << "--- optimized graph ---\n" << optimized_graph;
   return os.str();
+}
+
+namespace {
+
+// Runs `argv` (looked up on the PATH) and waits: its exit status, or -errno when it could not
+// be started (ENOENT: not installed).
+int run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  if (rc != 0) return -rc;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -errno;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  EMBER_CHECK(f.good(), "jit::Explanation::write_graph: cannot write ", path);
+}
+
+}  // namespace
+
+std::string Explanation::write_graph(const std::string& stem) const {
+  EMBER_CHECK(captured && !dot.empty(), "jit::Explanation::write_graph: the function broke (",
+              breaks.empty() ? std::string("no graph") : breaks.front(),
+              "): there is no graph to draw");
+  EMBER_CHECK(!stem.empty(), "jit::Explanation::write_graph: an empty file name");
+  namespace fs = std::filesystem;
+  const std::string svg = stem + ".svg", tmp_dot = svg + ".tmp.dot", tmp_svg = svg + ".tmp";
+  write_text(tmp_dot, dot);
+  const int rc = run_program({"dot", "-Tsvg", tmp_dot, "-o", tmp_svg});
+  std::error_code ec;
+  if (rc == -ENOENT) {  // no Graphviz: the text it would have rendered
+    const std::string path = stem + ".dot";
+    fs::rename(tmp_dot, path, ec);
+    EMBER_CHECK(!ec, "jit::Explanation::write_graph: cannot write ", path, ": ", ec.message());
+    return path;
+  }
+  fs::remove(tmp_dot, ec);
+  if (rc != 0) {
+    fs::remove(tmp_svg, ec);
+    EMBER_FAIL("jit::Explanation::write_graph: Graphviz's dot ",
+               rc < 0 ? std::string("could not start: ") + std::strerror(-rc)
+                      : "exited with status " + std::to_string(rc),
+               " rendering ", svg);
+  }
+  fs::rename(tmp_svg, svg, ec);
+  EMBER_CHECK(!ec, "jit::Explanation::write_graph: cannot write ", svg, ": ", ec.message());
+  return svg;
 }
 
 namespace detail {
