@@ -4,6 +4,7 @@
 // seed, side by side. On the GPU when there is one, else the CPU.
 //   mlp [--batch 64] [--steps 500] [--device auto|cpu|cuda|cuda:N] [--seed 0] [--momentum 0]
 //       [--lr 0.01] [--warmup 20] [--log-every 100] [--mode both|eager|compiled]
+//       [--plot losses.svg]
 #include <ember/ember.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,9 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
+
+#include "examples/support/loss_plot.h"
 
 using namespace ember;
 
@@ -38,6 +42,7 @@ struct Config {
   double lr = 0.01;
   double momentum = 0;
   std::string mode = "both";
+  std::string plot;  // an SVG of the loss curves; empty: none
 };
 
 struct RunResult {
@@ -45,6 +50,7 @@ struct RunResult {
   double first_call_ms = 0;  // the first step (compiled: its trace)
   double compiled_ms = 0;    // compiled: wall time until the step replays from an executable
   float final_loss = 0;
+  std::vector<double> losses;  // every step's
   bool ok = false;
 };
 
@@ -105,6 +111,7 @@ RunResult train(const Config& cfg, bool compiled) {
     if ((i + 1) % cfg.log_every == 0 || i + 1 == cfg.steps)
       std::printf("step %6lld  loss %.5f\n", static_cast<long long>(i + 1), l);
     r.final_loss = l;
+    r.losses.push_back(l);
   }
   const int64_t timed = cfg.steps - cfg.warmup;
   // A compiled step's item() may return before the step's update has run on the device.
@@ -150,6 +157,9 @@ int main(int argc, char** argv) {
   app.add_option("--mode", cfg.mode, "both (eager then compiled, side by side), eager, compiled")
       ->check(CLI::IsMember({"both", "eager", "compiled"}))
       ->capture_default_str();
+  app.add_option("--plot", cfg.plot,
+                 "write the loss per step as an SVG: eager and compiled overlaid, and their "
+                 "relative difference");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -170,6 +180,14 @@ int main(int argc, char** argv) {
       std::printf(
           "(compiled \"first step\": wall time until the step replays from its "
           "executable, traced warm-up calls included)\n");
+    }
+    if (!cfg.plot.empty()) {
+      examples::write_loss_svg(
+          cfg.plot, {.title = "mlp 784-512-10, batch " + std::to_string(cfg.batch) + ", seed " +
+                              std::to_string(cfg.seed),
+                     .eager = eager.losses,
+                     .compiled = compiled.losses});
+      std::printf("loss curves written to %s\n", cfg.plot.c_str());
     }
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
