@@ -2,7 +2,11 @@
 """Prints Ember's public headers: every project header that include/ember/ember.h reaches
 through #include "..." lines, one path per line, umbrella first.
 
-usage: public_headers.py SOURCE_DIR GENERATED_DIR
+usage: public_headers.py SOURCE_DIR GENERATED_DIR [--doxygen-input FILE]
+
+With --doxygen-input the list is written to FILE as a Doxygen `INPUT = ...` line instead. The
+build writes it just before Doxygen runs, when the generated headers exist and their markers
+can be read; at configure time they may not have been written yet.
 
 A header is looked up in SOURCE_DIR, then in GENERATED_DIR (the op table's generated headers,
 which may not exist yet at configure time: a path under a `generated/` directory is listed
@@ -19,7 +23,7 @@ INTERNAL = "// ember-doc: internal"
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) not in (3, 5) or (len(argv) == 5 and argv[3] != "--doxygen-input"):
         print(__doc__, file=sys.stderr)
         return 2
     source, generated = argv[1], argv[2]
@@ -53,6 +57,15 @@ def main(argv):
             visit(os.path.normpath(found))
 
     visit(os.path.normpath(os.path.join(source, "include", "ember", "ember.h")))
+    if len(argv) == 5:
+        missing = [p for p in order if not os.path.exists(p)]
+        if missing:
+            raise SystemExit(f"public_headers.py: not generated yet: {' '.join(missing)}")
+        text = "INPUT = " + " ".join(f'"{p}"' for p in order) + "\n"
+        with open(argv[4] + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(argv[4] + ".tmp", argv[4])
+        return 0
     for p in order:
         print(p)
     return 0
