@@ -8,8 +8,9 @@
       the fused graph of jit::Explanation::write_graph, rendered by Graphviz: at least K
       clusters (fused groups) and every TEXT among its labels
 
-COMMAND, when given, runs first and must succeed (it writes FILE). The picture is then rendered
-to PNG with rsvg-convert (Debian's librsvg2-bin), which must accept it. Exits 0 when all holds,
+COMMAND, when given, runs first and must succeed (it writes FILE; its exit code 77, a skip, is
+passed on). The picture is then rendered to PNG with rsvg-convert (Debian's librsvg2-bin),
+which must accept it. Exits 0 when all holds,
 1 when something does not, and 77 (skipped) when rsvg-convert is missing, or for `graph` when
 FILE.svg was not written because Graphviz is not installed (FILE.dot instead).
 """
@@ -96,6 +97,9 @@ def main():
     args = ap.parse_args(argv)
     if command:
         r = subprocess.run(command)
+        if r.returncode == 77:  # the command skipped (its data is missing, say)
+            print(f"check_svg: {' '.join(command)} skipped")
+            sys.exit(77)
         if r.returncode != 0:
             fail(f"{' '.join(command)} exited with {r.returncode}")
     path = args.file
