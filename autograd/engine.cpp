@@ -16,6 +16,23 @@
 namespace ember::autograd {
 namespace {
 
+// The callbacks of the backward running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+// Installs a callback list for one backward and restores the outer one (a hook may run a
+// nested backward).
+class CallbackScope {
+ public:
+  CallbackScope() : outer_(t_callbacks) { t_callbacks = &list; }
+  ~CallbackScope() { t_callbacks = outer_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+  std::vector<std::function<void()>> list;
+
+ private:
+  std::vector<std::function<void()>>* outer_;
+};
+
 struct Later {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
@@ -32,6 +49,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   AutocastGuard no_autocast_cpu(DeviceType::CPU, kBFloat16, false);
   AutocastGuard no_autocast_cuda(DeviceType::CUDA, kBFloat16, false);
   if (const TraceHooks* h = trace_hooks(); h && h->on_backward) h->on_backward();
+  CallbackScope callbacks;
   std::unordered_map<Node*, Tensor> buffer;
   std::unordered_map<Node*, int> pending;
   std::vector<std::shared_ptr<Node>> root_nodes;
@@ -117,6 +135,33 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       if (--pending[m] == 0) ready.push(m);
     }
   }
+  for (size_t i = 0; i < callbacks.list.size(); ++i) {
+    std::function<void()> f = std::move(callbacks.list[i]);  // f may queue more (growing list)
+    f();
+  }
+}
+
+size_t register_post_accumulate_grad_hook(const Tensor& leaf,
+                                          std::function<void(const Tensor&)> hook) {
+  EMBER_CHECK(leaf.defined() && leaf.requires_grad() && !leaf.grad_fn(),
+              "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad",
+              leaf.defined() ? "" : " (got an undefined tensor)");
+  EMBER_CHECK(hook != nullptr, "register_post_accumulate_grad_hook: empty hook");
+  AutogradMeta& m = meta(leaf);
+  m.post_accumulate_grad_hooks.push_back(std::move(hook));
+  return m.post_accumulate_grad_hooks.size() - 1;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, size_t handle) {
+  if (!leaf.defined() || !leaf.impl()->autograd) return;
+  auto& hooks = leaf.impl()->autograd->post_accumulate_grad_hooks;
+  if (handle < hooks.size()) hooks[handle] = nullptr;
+}
+
+void queue_callback(std::function<void()> callback) {
+  EMBER_CHECK(t_callbacks != nullptr,
+              "queue_callback: no backward is running on this thread (call it from a hook)");
+  t_callbacks->push_back(std::move(callback));
 }
 
 }  // namespace ember::autograd

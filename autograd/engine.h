@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// The reverse-mode backward engine (`ember::autograd::backward`).
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -25,5 +26,21 @@ namespace ember::autograd {
 ///   modified in place since it was saved.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
               bool retain_graph = false);
+
+/// Calls `hook(leaf)` after every backward that accumulates into `leaf`'s .grad(), once the
+/// gradient is in the slot (like `Tensor.register_post_accumulate_grad_hook`): the moment a
+/// data-parallel wrapper can start communicating that gradient. Returns a handle for
+/// remove_post_accumulate_grad_hook.
+/// \throws ember::Error when `leaf` does not require grad or is not a leaf.
+size_t register_post_accumulate_grad_hook(const Tensor& leaf,
+                                          std::function<void(const Tensor&)> hook);
+/// Removes the hook `handle` of `leaf` (nothing when it is gone already).
+void remove_post_accumulate_grad_hook(const Tensor& leaf, size_t handle);
+
+/// Runs `callback` once, when the backward now running has finished every node (like
+/// `Variable._execution_engine.queue_callback`): where a data-parallel wrapper waits for its
+/// last buckets. Callbacks run in the order they were queued, and may queue more.
+/// \throws ember::Error outside a backward.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace ember::autograd

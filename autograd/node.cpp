@@ -73,6 +73,10 @@ std::vector<Tensor> AccumulateGrad::apply(Tensor g) {
   } else {
     m.grad.add_(g);
   }
+  // By index: a hook may register another (which then first runs on the next backward).
+  const size_t hooks = m.post_accumulate_grad_hooks.size();
+  for (size_t i = 0; i < hooks; ++i)
+    if (m.post_accumulate_grad_hooks[i]) m.post_accumulate_grad_hooks[i](t);
   return {};
 }
 

@@ -7,6 +7,7 @@
 /// code never needs more. Writing a custom Node and wiring it with gradient_edge and meta is
 /// possible but low-level.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,6 +131,9 @@ struct AutogradMeta {
   std::weak_ptr<TensorImpl> view_base;
   /// For a recorded view: the base's grad_fn when the view was taken.
   std::weak_ptr<autograd::Node> view_base_grad_fn;
+  /// For a leaf: called with the leaf after each backward accumulated into its .grad()
+  /// (autograd::register_post_accumulate_grad_hook), in registration order; null once removed.
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_grad_hooks;
 };
 
 namespace autograd {

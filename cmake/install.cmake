@@ -22,7 +22,7 @@ install(TARGETS ember EXPORT emberTargets
 # "core/tensor.h"-style includes resolve. The .cuh templates ship too: the JIT compiles them
 # with NVRTC at run time.
 install(FILES include/ember/ember.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ember)
-install(DIRECTORY core autograd nn optim data jit kernels
+install(DIRECTORY core autograd nn optim data jit kernels distributed
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ember
   FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh")
 # The headers generated from core/ops.yaml, which the public headers include.

@@ -3,6 +3,7 @@
 // checks everything, because the JIT and other layers dispatch directly.
 #include <algorithm>
 
+#include "core/collective.h"
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 
@@ -577,6 +578,15 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
     }
     case OpKind::Attention:
       return attention_meta(op, in, a);
+    case OpKind::Collective:
+      EMBER_CHECK(in.size() == 1, op_name(op), ": expected 1 input, got ", in.size());
+      check_dtype(op, in[0].dtype(), 0);
+      EMBER_CHECK(in[0].is_contiguous(), op_name(op), ": the tensor of shape ", in[0].sizes(),
+                  " must be contiguous (the communicator sends its memory as it lies)");
+      EMBER_CHECK(a.reduce_op != ReduceOp::Avg || is_floating(in[0].dtype()), op_name(op),
+                  ": Avg needs a floating tensor, got ", in[0].dtype(), " (reduce with Sum)");
+      check_communicator(op_name(op), a.group, in[0].device());
+      return {in[0].sizes(), in[0].dtype(), in[0].device()};
     case OpKind::Transfer:
       EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");
       if (a.device.is_cuda()) {

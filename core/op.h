@@ -36,7 +36,8 @@ enum class OpKind : uint8_t {
   MultiTensor,  ///< An in-place update of many tensors in one launch (optimizer steps).
   Conv,         ///< 2-D convolution and its backward rows.
   Pool,         ///< 2-D max pooling and its backward.
-  Attention     ///< Fused scaled-dot-product attention and its backward rows.
+  Attention,    ///< Fused scaled-dot-product attention and its backward rows.
+  Collective    ///< A reduction across processes (all_reduce), through a registered communicator.
 };
 /// How an op's output dtype follows from its (promoted) input dtype: the `rule` key of its row.
 enum class OutRule : uint8_t {

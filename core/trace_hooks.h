@@ -1,9 +1,9 @@
 #pragma once
 // Events the JIT's tracer needs besides dispatched ops (core/dispatch.h's trace observer): tensors
 // born outside dispatch, host bytes written into them, host reads of tensor data, reads and
-// writes of a parameter's .grad slot, and backward passes. Core and autograd call these through one
-// thread-local pointer, so code outside a trace pays one predictable branch; nothing here includes
-// jit/.
+// writes of a parameter's .grad slot, backward passes, and calls no replay can repeat. Core and
+// autograd call these through one thread-local pointer, so code outside a trace pays one
+// predictable branch; nothing here includes jit/.
 #include <source_location>
 
 #include "core/tensor.h"
@@ -25,6 +25,9 @@ struct TraceHooks {
   void (*on_grad_read)(const Tensor& param, const Tensor& grad) = nullptr;
   // The backward engine ran (autograd::backward).
   void (*on_backward)() = nullptr;
+  // Code did something a replay could not repeat (`what`: "broadcast", "barrier"), for `reason`.
+  void (*on_untraceable)(const char* what, const char* reason,
+                         const std::source_location& where) = nullptr;
 };
 
 // detail::t_trace_hooks and note_host_read are declared in core/tensor.h (its inline accessors

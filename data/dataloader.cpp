@@ -162,8 +162,8 @@ struct DataLoader::Epoch {
         for (const Prepared::Piece& piece : b.staged) {
           out.push_back(make_empty(piece.shape, piece.dtype, *device));
           copies.push_back(cuda::copy_pinned_to_device(
-              out.back().raw_data(), static_cast<const char*>(sl.host) + piece.offset,
-              piece.bytes, device->index));
+              out.back().raw_data(), static_cast<const char*>(sl.host) + piece.offset, piece.bytes,
+              device->index));
         }
       } catch (...) {
         for (cuda::CopyEvent* e : copies) cuda::wait_copy(e);
@@ -185,10 +185,14 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   EMBER_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
   EMBER_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be at least 1, got ",
               options_.batch_size);
+  EMBER_CHECK(!(options_.sampler && options_.shuffle),
+              "DataLoader: give either shuffle or a sampler (the sampler decides the order)");
 }
 
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n =
+      options_.sampler ? options_.sampler->length(dataset_->size()) : dataset_->size();
+  const int64_t b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -198,15 +202,22 @@ DataLoader::Iterator DataLoader::begin() {
   e->device = options_.device;
   e->prefetch = options_.prefetch;
   e->pin = options_.pin_memory && options_.device && options_.device->is_cuda();
-  const int64_t n = dataset_->size();
   std::vector<int64_t> order;
-  if (options_.shuffle) {
-    order = randperm(n, options_.generator);
+  if (options_.sampler) {
+    order = options_.sampler->indices(dataset_->size());
+    const int64_t size = dataset_->size();
+    for (int64_t i : order)
+      EMBER_CHECK(i >= 0 && i < size, "DataLoader: the sampler gave index ", i,
+                  " for a dataset of ", size, " samples");
+  } else if (options_.shuffle) {
+    order = randperm(dataset_->size(), options_.generator);
   } else {
-    order.resize(static_cast<size_t>(n));
+    order.resize(static_cast<size_t>(dataset_->size()));
     std::iota(order.begin(), order.end(), 0);
   }
-  const int64_t batches = size();
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t batches = options_.drop_last ? n / options_.batch_size
+                                             : (n + options_.batch_size - 1) / options_.batch_size;
   for (int64_t k = 0; k < batches; ++k) {
     const int64_t lo = k * options_.batch_size;
     const int64_t hi = std::min(n, lo + options_.batch_size);

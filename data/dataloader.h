@@ -29,6 +29,7 @@
 #include "core/device.h"
 #include "core/generator.h"
 #include "data/dataset.h"
+#include "data/sampler.h"
 
 namespace ember::data {
 
@@ -42,6 +43,9 @@ struct DataLoaderOptions {
   bool prefetch = true;            ///< gather the next batches on a background thread
   bool pin_memory = true;          ///< stage batches for a CUDA device in page-locked memory
   Generator* generator = nullptr;  ///< the shuffle's; null: the default generator
+  /// The order of each epoch instead of 0..n-1 or a shuffle (then shuffle must be false), e.g.
+  /// a DistributedSampler; batches cover sampler->length(n) samples.
+  std::shared_ptr<Sampler> sampler{};
 };
 
 /// Iterates a dataset in batches, like `torch.utils.data.DataLoader` (map-style datasets,

@@ -13,6 +13,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/autocast.h"
+#include "core/collective.h"
 #include "core/config_epoch.h"
 #include "core/cuda_runtime.h"
 #include "jit/disk_store.h"
@@ -343,6 +344,24 @@ struct CompiledCore::Impl {
   }
   std::vector<Tensor> call_args;
 
+  // Every rank that ran a collective in this traced call compares its trace with the others'
+  // (a collective itself, so all of them are here): one that broke makes all of them run the
+  // call eagerly (a rank replaying a graph while another runs eagerly would still issue the same
+  // collectives, but the graphs' guards could then part ways); ranks that traced different steps
+  // are an error on every rank. Returns whether another rank broke.
+  bool agree_across_ranks(const Tracer& tracer, const std::string& fp) {
+    const TraceVerdict v = agree_on_trace(tracer.collective_group(), tracer.broken(), fp);
+    if (v.different_rank >= 0)
+      EMBER_FAIL(options.name, ": rank ", v.different_rank, " traced a different step from rank ",
+                 v.reference_rank,
+                 " (the ranks of a data-parallel job must run the same ops on the same shapes; "
+                 "rank-dependent code belongs outside the compiled function)");
+    if (v.broken_rank < 0 || tracer.broken()) return false;
+    rank_break_ = "rank " + std::to_string(v.broken_rank);
+    return true;
+  }
+  std::string rank_break_;
+
   void trace(Entry& e, std::span<const Tensor> tensors, const PlainKey& plain, bool grad_mode,
              EagerFn eager, void* ctx, std::vector<Tensor>& outputs) {
     // Before the first traced call runs eagerly: its GEMMs then already reuse the cuBLASLt
@@ -370,6 +389,13 @@ struct CompiledCore::Impl {
               .count();
       log(Log::perf, options.name + ": traced call " + std::to_string(stats.traces) + " took " +
                          std::to_string(ms) + " ms");
+    }
+    if (tracer->collective_group() >= 0 &&
+        agree_across_ranks(*tracer,
+                           tracer->broken() ? std::string() : fingerprint(tracer->graph(), true))) {
+      to_eager(e, "another rank's trace of this call broke (" + rank_break_ +
+                      "); every rank runs it eagerly, so their collectives stay matched");
+      return;
     }
     if (tracer->broken()) {
       to_eager(e, tracer->break_info().str());

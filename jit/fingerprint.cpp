@@ -54,7 +54,9 @@ std::string constant_bytes(const Tensor& t) {
 
 }  // namespace
 
-std::string fingerprint(const Graph& g) {
+std::string fingerprint(const Graph& g) { return fingerprint(g, false); }
+
+std::string fingerprint(const Graph& g, bool portable) {
   Writer w;
   w.pod(g.values.size());
   for (const Value& v : g.values) w.value(v, value_base(g, v));
@@ -64,11 +66,16 @@ std::string fingerprint(const Graph& g) {
   w.pod(-1);
   for (ValueId v : g.outputs) w.pod(v);
   w.pod(-1);
-  for (const Tensor& t : g.state) w.pod(reinterpret_cast<uintptr_t>(t.impl()));
-  w.pod(-1);
-  for (const Tensor& t : g.constants) {
-    w.s += constant_bytes(t);
-    w.pod(t.impl()->wrapped_number);
+  if (portable) {
+    w.pod(g.state.size());
+    w.pod(g.constants.size());
+  } else {
+    for (const Tensor& t : g.state) w.pod(reinterpret_cast<uintptr_t>(t.impl()));
+    w.pod(-1);
+    for (const Tensor& t : g.constants) {
+      w.s += constant_bytes(t);
+      w.pod(t.impl()->wrapped_number);
+    }
   }
   for (const GradEffect& e : g.grad_effects) {
     w.pod(e.state);

@@ -35,8 +35,11 @@ void hook_grad_read(const Tensor& p, const Tensor& g) {
 void hook_backward() {
   if (t_tracer) t_tracer->on_backward();
 }
-const TraceHooks kHooks{&hook_new,  &hook_data,      &hook_read,
-                        &hook_grad, &hook_grad_read, &hook_backward};
+void hook_untraceable(const char* what, const char* reason, const std::source_location& where) {
+  if (t_tracer) t_tracer->on_untraceable(what, reason, where);
+}
+const TraceHooks kHooks{&hook_new,       &hook_data,     &hook_read,       &hook_grad,
+                        &hook_grad_read, &hook_backward, &hook_untraceable};
 
 std::string site(const std::source_location& w) {
   std::string file = w.file_name();
@@ -194,6 +197,12 @@ void Tracer::on_host_read(const Tensor& t, const char* what, const std::source_l
       &where);
 }
 
+void Tracer::on_untraceable(const char* what, const char* reason,
+                            const std::source_location& where) {
+  if (broken_ || suspended_ || finished_) return;
+  brk(what, reason, &where);
+}
+
 void Tracer::on_grad_read(const Tensor& param, const Tensor& grad) {
   if (broken_ || suspended_ || finished_) return;
   // Only what the slot held when the call began: later reads see this call's own writes.
@@ -235,8 +244,12 @@ void Tracer::on_grad_set(const Tensor& param, const Tensor& grad) {
 
 void Tracer::on_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& out,
                    bool inplace) {
-  if (broken_ || suspended_ || finished_) return;
+  if (suspended_ || finished_) return;
   const OpKind kind = op_info(op).kind;
+  // Counted after a break too: every rank that ran a collective takes part in the check that
+  // the ranks traced alike (jit/compile.cpp), whether or not its own trace broke.
+  if (kind == OpKind::Collective && collective_group_ < 0) collective_group_ = attrs.group;
+  if (broken_) return;
   Node n;
   n.op = op;
   n.attrs = attrs;

@@ -46,7 +46,10 @@ class Tracer {
   void on_host_read(const Tensor& t, const char* what, const std::source_location& where);
   void on_grad_set(const Tensor& param, const Tensor& grad);
   void on_grad_read(const Tensor& param, const Tensor& grad);
+  void on_untraceable(const char* what, const char* reason, const std::source_location& where);
   void on_backward() { ran_backward_ = true; }
+  // The process group of the first collective the traced call ran (broken or not), or -1.
+  int64_t collective_group() const { return collective_group_; }
   bool ran_backward() const { return ran_backward_; }
 
  private:
@@ -72,6 +75,7 @@ class Tracer {
   bool fullgraph_;
   bool broken_ = false;
   bool finished_ = false;
+  int64_t collective_group_ = -1;
   int suspended_ = 0;  // >0 while the tracer itself runs ops (copying constants)
   BreakInfo break_;
   std::unordered_map<const TensorImpl*, Known> known_;

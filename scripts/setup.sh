@@ -4,7 +4,7 @@
 # (The CUDA toolkit is not a Debian package here: CMake picks it up from /usr/local/cuda or PATH.)
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libeigen3-dev libopenblas-dev zlib1g-dev catch2 nlohmann-json3-dev libcli11-dev python3 python3-jsonschema python3-yaml doxygen graphviz librsvg2-bin)
+packages=(cmake ninja-build g++ libeigen3-dev libopenblas-dev zlib1g-dev libgloo-dev catch2 nlohmann-json3-dev libcli11-dev python3 python3-jsonschema python3-yaml doxygen graphviz librsvg2-bin)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -24,7 +24,7 @@ import yaml
 
 KINDS = {"Nullary", "Unary", "Binary", "Ternary", "Reduce", "Matmul", "Softmax", "Loss", "Index",
          "Cat", "View", "Factory", "Random", "Transfer", "MultiTensor", "Conv", "Pool",
-         "Attention"}
+         "Attention", "Collective"}
 POINTWISE = {"Nullary", "Unary", "Binary", "Ternary"}
 RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast"}
 DTYPES = {"float": "kFloatTypes", "numeric": "kNumericTypes", "all": "kAllTypes",

@@ -13,9 +13,9 @@ namespace {
 
 bool mergeable_kind(OpKind k) {
   // Random ops draw fresh numbers per node; factories and fills make buffers that are often
-  // written later (accumulators); updates are effects.
+  // written later (accumulators); updates and collectives are effects.
   return k != OpKind::Random && k != OpKind::MultiTensor && k != OpKind::Nullary &&
-         k != OpKind::Factory;
+         k != OpKind::Factory && k != OpKind::Collective;
 }
 
 }  // namespace

@@ -37,8 +37,9 @@ class QuietScope {
 
 bool foldable_kind(OpKind k) {
   // Random draws must come from the generator per replay; updates are effects. A fill into a
-  // fresh tensor (zeros, ones: the tracer records its shape) folds like any pure node.
-  return k != OpKind::Random && k != OpKind::MultiTensor;
+  // fresh tensor (zeros, ones: the tracer records its shape) folds like any pure node. A
+  // collective's result depends on the other ranks.
+  return k != OpKind::Random && k != OpKind::MultiTensor && k != OpKind::Collective;
 }
 
 // A tensor over the constant's storage with `v`'s layout (the value may view the constant).

@@ -1,3 +1,4 @@
+#include "core/collective.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace ember::kernels {
@@ -33,6 +34,8 @@ void run_cpu(const KernelCall& c) {
       return cpu::pool(c);
     case OpKind::Attention:
       return cpu::attention(c);
+    case OpKind::Collective:
+      return run_collective(c);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -1,4 +1,5 @@
 // Routes a KernelCall to the CUDA kernel of its op kind (kernels/cuda/cuda_kernels.h).
+#include "core/collective.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -41,6 +42,8 @@ void run_cuda(const KernelCall& call) {
       return cuda::pool(call);
     case OpKind::Attention:
       return cuda::attention(call);
+    case OpKind::Collective:
+      return run_collective(call);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -16,6 +16,7 @@
 #include "autograd/autograd.h"
 #include "autograd/formulas.h"
 #include "core/activation_rows.h"
+#include "core/collective.h"
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 #include "core/factory.h"
@@ -830,6 +831,26 @@ Entry entry_for(OpId op, Rng& r) {
         return out;
       });
 
+    case OpId::all_reduce:
+      // Across processes: a world of one rank here (what reaches the other ranks is theirs to
+      // differentiate; DDP reduces gradients, which carry no graph).
+      return not_differentiable([] {
+        struct One final : Communicator {
+          void all_reduce(const Tensor&, ReduceOp) override {}
+          Device device() const override { return Device::cpu(); }
+          std::string describe() const override { return "one rank"; }
+          int rank() const override { return 0; }
+          int size() const override { return 1; }
+          std::vector<uint64_t> all_gather_words(const std::vector<uint64_t>& w) override {
+            return w;
+          }
+        };
+        static const int64_t id = register_communicator(std::make_shared<One>());
+        Tensor t = from_vector<double>({1, 2}, {2});
+        Attrs a;
+        a.group = id;
+        return dispatch(OpId::all_reduce, {t}, a, &t);
+      });
     case OpId::to_device:
       return grad({{"to the same device",
                     {U({2, 3})},

@@ -234,6 +234,7 @@ void to_device_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& o
 // op_trials_optim.cpp
 void sgd_update_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void amp_unscale_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
+void all_reduce_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 // op_trials_adam_family.cpp
 void adam_update_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void rmsprop_update_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);

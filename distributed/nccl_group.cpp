@@ -1,0 +1,292 @@
+// The NCCL backend: CUDA tensors, one GPU per rank (LOCAL_RANK's). Collectives run on the
+// group's own stream, forked from and joined back to Ember's stream of the device with events:
+// the fork/join shape a CUDA graph captures, so a compiled step's all-reduces replay inside its
+// graph. The communicator is non-blocking, so a peer that never arrives is a timeout here, not
+// a hang inside NCCL.
+#include "distributed/backends.h"
+
+#include "core/error.h"
+
+#if EMBER_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/cuda_runtime.h"
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace ember::distributed {
+
+#if EMBER_HAVE_NCCL
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case kFloat32:
+      return ncclFloat32;
+    case kFloat64:
+      return ncclFloat64;
+    case kFloat16:
+      return ncclFloat16;
+    case kBFloat16:
+      return ncclBfloat16;
+    case kInt32:
+      return ncclInt32;
+    case kInt64:
+      return ncclInt64;
+    case kBool:
+      return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+void* data_of(const Tensor& t) {
+  return static_cast<char*>(t.impl()->storage->data) + t.storage_offset() * element_size(t.dtype());
+}
+
+class NcclGroup final : public ProcessGroup {
+ public:
+  NcclGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout)
+      : ProcessGroup(Backend::Nccl, rank, size, timeout), store_(std::move(store)) {
+    const int count = ember::cuda::device_count();
+    EMBER_CHECK(count > 0, "init_process_group: the nccl backend needs a CUDA device; none found");
+    const char* local = std::getenv("LOCAL_RANK");
+    const int local_rank = local && *local ? std::atoi(local) : rank;
+    EMBER_CHECK(local_rank >= 0 && local_rank < count, "init_process_group: nccl rank ", rank,
+                " (LOCAL_RANK ", local_rank, ") has no GPU of its own: ", count,
+                " visible; start at most that many processes per machine");
+    dev_ = local_rank;
+    kernels::cuda::DeviceGuard guard(dev_);
+    ncclUniqueId id;
+    if (rank == 0) {
+      check_init(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      store_->set("nccl/id", std::vector<char>(id.internal, id.internal + sizeof id.internal));
+    } else {
+      const std::vector<char> bytes = store_->get("nccl/id");
+      EMBER_CHECK(bytes.size() == sizeof id.internal, "init_process_group: a malformed NCCL id");
+      std::memcpy(id.internal, bytes.data(), sizeof id.internal);
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) check_init(r, "ncclCommInitRankConfig");
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress || Clock::now() > deadline) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        EMBER_FAIL("init_process_group: nccl rank ", rank, " of ", size,
+                   state == ncclInProgress
+                       ? " did not meet its peers within " + std::to_string(timeout.count()) + " ms"
+                       : std::string(": ") + ncclGetErrorString(state));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    EMBER_CUDA_CHECK(cudaMalloc(&words_, sizeof(uint64_t) * 64 * static_cast<size_t>(size + 1)));
+  }
+
+  ~NcclGroup() override {
+    if (!comm_) return;
+    kernels::cuda::DeviceGuard guard(dev_);
+    cudaStreamSynchronize(comm_stream_);
+    ncclCommAbort(comm_);  // finalize would wait for peers that may be gone
+    cudaFree(words_);
+    cudaEventDestroy(forked_);
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(comm_stream_);
+  }
+
+  Device device() const override { return Device::cuda(dev_); }
+
+  void all_reduce(const Tensor& t, ReduceOp op) override {
+    check_usable("all_reduce");
+    if (t.numel() == 0) return;
+    on_comm_stream("all_reduce", [&] {
+      return ncclAllReduce(data_of(t), data_of(t), static_cast<size_t>(t.numel()),
+                           nccl_type(t.dtype()), nccl_op(op), comm_, comm_stream_);
+    });
+  }
+
+  void broadcast(const Tensor& t, int src) override {
+    check_usable("broadcast");
+    check_tensor("broadcast", t);
+    if (t.numel() == 0) return;
+    on_comm_stream("broadcast", [&] {
+      return ncclBroadcast(data_of(t), data_of(t), static_cast<size_t>(t.numel()),
+                           nccl_type(t.dtype()), src, comm_, comm_stream_);
+    });
+    ++t.impl()->storage->version;
+  }
+
+  void all_gather(const Tensor& out, const Tensor& in) override {
+    check_usable("all_gather");
+    check_tensor("all_gather", out);
+    EMBER_CHECK(
+        in.device() == device() && in.dtype() == out.dtype() && out.numel() == in.numel() * size(),
+        "distributed::all_gather: output of shape ", out.sizes(), " (", out.dtype(), ", ",
+        out.device().str(), ") must hold ", size(), " copies of the input's ", in.numel(),
+        " elements (", in.dtype(), ", ", in.device().str(), ")");
+    const Tensor src = in.contiguous();
+    if (src.numel() == 0) return;
+    on_comm_stream("all_gather", [&] {
+      return ncclAllGather(data_of(src), data_of(out), static_cast<size_t>(src.numel()),
+                           nccl_type(src.dtype()), comm_, comm_stream_);
+    });
+    ++out.impl()->storage->version;
+  }
+
+  void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
+    check_usable("reduce_scatter");
+    check_tensor("reduce_scatter", out);
+    EMBER_CHECK(
+        in.device() == device() && in.dtype() == out.dtype() && in.numel() == out.numel() * size(),
+        "distributed::reduce_scatter: input of shape ", in.sizes(), " (", in.dtype(), ", ",
+        in.device().str(), ") must hold ", size(), " blocks of the output's shape ", out.sizes(),
+        " (", out.dtype(), ", ", out.device().str(), ")");
+    const Tensor src = in.contiguous();
+    if (out.numel() == 0) return;
+    on_comm_stream("reduce_scatter", [&] {
+      return ncclReduceScatter(data_of(src), data_of(out), static_cast<size_t>(out.numel()),
+                               nccl_type(src.dtype()), nccl_op(op), comm_, comm_stream_);
+    });
+    ++out.impl()->storage->version;
+  }
+
+  void barrier() override {
+    check_usable("barrier");
+    kernels::cuda::DeviceGuard guard(dev_);
+    on_comm_stream("barrier", [&] {
+      return ncclAllReduce(words_, words_, 1, ncclUint64, ncclSum, comm_, comm_stream_);
+    });
+    wait_for("barrier", comm_stream_);
+  }
+
+  std::vector<uint64_t> all_gather_words(const std::vector<uint64_t>& mine) override {
+    check_usable("all_gather_words");
+    EMBER_CHECK(mine.size() <= 64, "all_gather_words: at most 64 words");
+    kernels::cuda::DeviceGuard guard(dev_);
+    uint64_t* in = static_cast<uint64_t*>(words_);
+    uint64_t* out = in + 64;
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(in, mine.data(), mine.size() * sizeof(uint64_t),
+                                     cudaMemcpyHostToDevice, comm_stream_));
+    issue("all_gather_words", ncclAllGather(in, out, mine.size(), ncclUint64, comm_, comm_stream_));
+    std::vector<uint64_t> all(mine.size() * size());
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(all.data(), out, all.size() * sizeof(uint64_t),
+                                     cudaMemcpyDeviceToHost, comm_stream_));
+    wait_for("all_gather_words", comm_stream_);
+    return all;
+  }
+
+ private:
+  void check_tensor(const char* op, const Tensor& t) const {
+    EMBER_CHECK(t.defined() && t.device() == device() && t.is_contiguous(), "distributed::", op,
+                ": ", describe(), " needs a contiguous tensor on ", device().str(), ", got ",
+                t.defined() ? t.device().str() : std::string("an undefined tensor"),
+                t.defined() && !t.is_contiguous() ? " (not contiguous)" : "");
+  }
+
+  void check_init(ncclResult_t r, const char* call) const {
+    EMBER_CHECK(r == ncclSuccess, "init_process_group: ", call, " failed on nccl rank ", rank(),
+                ": ", ncclGetErrorString(r));
+  }
+
+  // A non-blocking communicator may answer "in progress": the call is queued once the
+  // communicator says so.
+  void issue(const char* op, ncclResult_t r) {
+    const auto deadline = Clock::now() + timeout();
+    while (r == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        fail(op,
+             "NCCL did not accept the call within " + std::to_string(timeout().count()) + " ms");
+      }
+      std::this_thread::yield();
+      ncclCommGetAsyncError(comm_, &r);
+    }
+    if (r != ncclSuccess) fail(op, ncclGetErrorString(r));
+  }
+
+  // Forks the group's stream from Ember's, issues `call` on it and joins back: later work on
+  // Ember's stream sees the result, and work queued before it is what the collective reads.
+  template <typename F>
+  void on_comm_stream(const char* op, F&& call) {
+    kernels::cuda::DeviceGuard guard(dev_);
+    cudaStream_t s = kernels::cuda::stream(dev_);
+    EMBER_CUDA_CHECK(cudaEventRecord(forked_, s));
+    EMBER_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, forked_, 0));
+    issue(op, call());
+    EMBER_CUDA_CHECK(cudaEventRecord(done_, comm_stream_));
+    EMBER_CUDA_CHECK(cudaStreamWaitEvent(s, done_, 0));
+  }
+
+  // Waits for `s` on the host, giving up (and aborting the communicator, which ends kernels
+  // waiting for a dead peer) after the timeout.
+  void wait_for(const char* op, cudaStream_t s) {
+    const auto deadline = Clock::now() + timeout();
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) fail(op, cudaGetErrorString(e));
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) fail(op, ncclGetErrorString(async));
+      if (Clock::now() > deadline) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        fail(op, "no answer from a peer within " + std::to_string(timeout().count()) + " ms");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  std::shared_ptr<Store> store_;
+  int dev_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t forked_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  void* words_ = nullptr;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int rank, int size,
+                                              std::chrono::milliseconds timeout) {
+  return std::make_shared<NcclGroup>(std::move(store), rank, size, timeout);
+}
+
+#else
+
+std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store>, int, int,
+                                              std::chrono::milliseconds) {
+  EMBER_FAIL("init_process_group: this build of Ember has no nccl backend");
+}
+
+#endif
+
+}  // namespace ember::distributed
