@@ -339,8 +339,9 @@ class FileStore final : public Store {
   void set(const std::string& key, const std::vector<char>& value) override {
     // Write aside and rename: a reader sees the whole value or nothing.
     const std::filesystem::path file = file_of(key);
+    static std::atomic<uint64_t> writes{0};  // per process: several stores may share a directory
     const std::filesystem::path tmp =
-        file.string() + ".tmp" + std::to_string(::getpid()) + "." + std::to_string(counter_++);
+        file.string() + ".tmp" + std::to_string(::getpid()) + "." + std::to_string(writes++);
     {
       std::ofstream out(tmp, std::ios::binary);
       out.write(value.data(), static_cast<std::streamsize>(value.size()));
@@ -368,11 +369,17 @@ class FileStore final : public Store {
     if (r != static_cast<ssize_t>(sizeof sum)) sum = 0;
     sum += delta;
     const bool wrote = ::pwrite(fd, &sum, sizeof sum, 0) == static_cast<ssize_t>(sizeof sum);
+    // The key's readable value, under the lock: a later sum never lands before an earlier one.
+    const std::string s = std::to_string(sum);
+    std::string why;
+    try {
+      set(key, std::vector<char>(s.begin(), s.end()));
+    } catch (const Error& e) {
+      why = e.what();
+    }
     ::flock(fd, LOCK_UN);
     ::close(fd);
-    EMBER_CHECK(wrote, "process group store: cannot write ", file);
-    const std::string s = std::to_string(sum);
-    set(key, std::vector<char>(s.begin(), s.end()));
+    EMBER_CHECK(wrote && why.empty(), "process group store: cannot write ", file, " ", why);
     return sum;
   }
 
@@ -401,7 +408,6 @@ class FileStore final : public Store {
   }
 
   std::filesystem::path dir_;
-  std::atomic<uint64_t> counter_{0};
 };
 
 }  // namespace
