@@ -18,9 +18,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <future>
 #include <sstream>
+#include <thread>
 
 #include "core/half.h"
 #endif
@@ -111,6 +116,77 @@ const char* name_of(Collective c) {
   return "?";
 }
 
+// Runs the group's collectives in call order: the asynchronous ones on its own thread (the
+// caller computes meanwhile), a blocking one on the caller's thread when nothing is queued
+// (no hand-off on the common path), else after the queued ones.
+class CommThread {
+ public:
+  CommThread() : thread_([this] { loop(); }) {}
+  ~CommThread() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();  // runs what is queued first
+  }
+
+  std::shared_future<void> post(std::function<void()> f) {
+    std::packaged_task<void()> task(std::move(f));
+    std::shared_future<void> done = task.get_future().share();
+    {
+      std::lock_guard lock(mu_);
+      ++pending_;
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return done;
+  }
+
+  template <typename F>
+  void run(F&& f) {
+    {
+      std::unique_lock lock(mu_);
+      if (pending_ == 0) {
+        f();  // holding mu_: nothing can be queued ahead of it meanwhile
+        return;
+      }
+    }
+    post(std::forward<F>(f)).get();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();  // an exception lands in the task's future
+      std::lock_guard lock(mu_);
+      --pending_;
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  int pending_ = 0;  // queued or running
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct GlooWork final : Work {
+  GlooWork(std::shared_future<void> d, Tensor t) : done(std::move(d)), tensor(std::move(t)) {}
+  void wait() override { done.get(); }
+  std::shared_future<void> done;
+  Tensor tensor;  // alive until the reduction is
+};
+
 class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(std::shared_ptr<Store> store, int rank, int size, const std::string& master_addr,
@@ -146,6 +222,30 @@ class GlooGroup final : public ProcessGroup {
   Device device() const override { return Device::cpu(); }
 
   void all_reduce(const Tensor& t, ReduceOp op) override {
+    comm_.run([&] { reduce_now(t, op); });
+  }
+
+  std::shared_ptr<Work> start_all_reduce(const Tensor& t, ReduceOp op) override {
+    return std::make_shared<GlooWork>(comm_.post([this, t, op] { reduce_now(t, op); }), t);
+  }
+
+  void broadcast(const Tensor& t, int src) override {
+    comm_.run([&] { broadcast_now(t, src); });
+  }
+  void all_gather(const Tensor& out, const Tensor& in) override {
+    comm_.run([&] { all_gather_now(out, in); });
+  }
+  void barrier() override {
+    comm_.run([&] { barrier_now(); });
+  }
+  std::vector<uint64_t> all_gather_words(const std::vector<uint64_t>& mine) override {
+    std::vector<uint64_t> all;
+    comm_.run([&] { all = all_gather_words_now(mine); });
+    return all;
+  }
+
+ private:
+  void reduce_now(const Tensor& t, ReduceOp op) {
     check_usable("all_reduce");
     const size_t n = static_cast<size_t>(t.numel());
     match(Collective::AllReduce, t.dtype(), n, static_cast<int64_t>(op));
@@ -181,7 +281,7 @@ class GlooGroup final : public ProcessGroup {
     });
   }
 
-  void broadcast(const Tensor& t, int src) override {
+  void broadcast_now(const Tensor& t, int src) {
     check_usable("broadcast");
     check_cpu_contiguous("broadcast", t);
     const size_t nbytes = static_cast<size_t>(t.numel() * element_size(t.dtype()));
@@ -197,7 +297,7 @@ class GlooGroup final : public ProcessGroup {
     bump_version(t);
   }
 
-  void all_gather(const Tensor& out, const Tensor& in) override {
+  void all_gather_now(const Tensor& out, const Tensor& in) {
     check_usable("all_gather");
     check_cpu_contiguous("all_gather", out);
     EMBER_CHECK(
@@ -219,7 +319,7 @@ class GlooGroup final : public ProcessGroup {
     bump_version(out);
   }
 
-  void barrier() override {
+  void barrier_now() {
     check_usable("barrier");
     match(Collective::Barrier, kInt64, 0, 0);
     guarded("barrier", [&] {
@@ -229,7 +329,7 @@ class GlooGroup final : public ProcessGroup {
     });
   }
 
-  std::vector<uint64_t> all_gather_words(const std::vector<uint64_t>& mine) override {
+  std::vector<uint64_t> all_gather_words_now(const std::vector<uint64_t>& mine) {
     check_usable("all_gather_words");
     match(Collective::Words, kInt64, mine.size(), 0);
     std::vector<uint64_t> all(mine.size() * size());
@@ -243,7 +343,6 @@ class GlooGroup final : public ProcessGroup {
     return all;
   }
 
- private:
   uint32_t next_tag() { return tag_++; }
 
   static void check_cpu_contiguous(const char* op, const Tensor& t) {
@@ -311,6 +410,7 @@ class GlooGroup final : public ProcessGroup {
   std::shared_ptr<Store> store_;
   std::shared_ptr<gloo::Context> ctx_;
   uint32_t tag_ = 0;
+  CommThread comm_;  // declared last: joined before the context goes
 };
 
 }  // namespace

@@ -62,6 +62,21 @@ void* data_of(const Tensor& t) {
   return static_cast<char*>(t.impl()->storage->data) + t.storage_offset() * element_size(t.dtype());
 }
 
+// The event the group's stream records after a collective: waiting makes Ember's stream wait.
+struct NcclWork final : Work {
+  NcclWork(int d, Tensor t) : dev(d), tensor(std::move(t)) {
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  }
+  ~NcclWork() override { cudaEventDestroy(done); }  // deferred by CUDA until it has fired
+  void wait() override {
+    kernels::cuda::DeviceGuard guard(dev);
+    EMBER_CUDA_CHECK(cudaStreamWaitEvent(kernels::cuda::stream(dev), done, 0));
+  }
+  int dev;
+  Tensor tensor;  // alive until the stream that reads it waited
+  cudaEvent_t done = nullptr;
+};
+
 class NcclGroup final : public ProcessGroup {
  public:
   NcclGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout)
@@ -129,6 +144,21 @@ class NcclGroup final : public ProcessGroup {
       return ncclAllReduce(data_of(t), data_of(t), static_cast<size_t>(t.numel()),
                            nccl_type(t.dtype()), nccl_op(op), comm_, comm_stream_);
     });
+  }
+
+  // Forked like all_reduce but not joined: Ember's stream goes on with the rest of backward while
+  // the group's stream reduces.
+  std::shared_ptr<Work> start_all_reduce(const Tensor& t, ReduceOp op) override {
+    auto work = std::make_shared<NcclWork>(dev_, t);
+    if (t.numel() == 0) return work;
+    kernels::cuda::DeviceGuard guard(dev_);
+    cudaStream_t s = kernels::cuda::stream(dev_);
+    EMBER_CUDA_CHECK(cudaEventRecord(forked_, s));
+    EMBER_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, forked_, 0));
+    issue("all_reduce", ncclAllReduce(data_of(t), data_of(t), static_cast<size_t>(t.numel()),
+                                      nccl_type(t.dtype()), nccl_op(op), comm_, comm_stream_));
+    EMBER_CUDA_CHECK(cudaEventRecord(work->done, comm_stream_));
+    return work;
   }
 
   void broadcast(const Tensor& t, int src) override {

@@ -74,13 +74,41 @@ std::string ProcessGroup::describe() const {
 }
 
 void ProcessGroup::check_usable(const char* op) const {
+  std::lock_guard lock(error_mu_);
   EMBER_CHECK(error_.empty(), "distributed::", op, ": ", describe(),
               " is unusable after an earlier error: ", error_);
 }
 
 void ProcessGroup::fail(const char* op, const std::string& why) {
-  if (error_.empty()) error_ = std::string(op) + ": " + why;
+  {
+    std::lock_guard lock(error_mu_);
+    if (error_.empty()) error_ = std::string(op) + ": " + why;
+  }
   EMBER_FAIL("distributed::", op, ": ", describe(), ": ", why);
+}
+
+namespace {
+struct DoneWork final : Work {
+  void wait() override {}
+};
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::start_all_reduce(const Tensor& t, ReduceOp op) {
+  all_reduce(t, op);
+  return std::make_shared<DoneWork>();
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
+  check_usable("all_reduce");
+  EMBER_CHECK(t.defined() && t.device() == device() && t.is_contiguous(),
+              "distributed::all_reduce: ", describe(), " needs a contiguous tensor on ",
+              device().str(), ", got ", t.defined() ? t.device().str() : std::string("none"),
+              t.defined() && !t.is_contiguous() ? " (not contiguous)" : "");
+  EMBER_CHECK(t.dtype() != kBool && (op != ReduceOp::Avg || is_floating(t.dtype())),
+              "distributed::all_reduce: cannot reduce a ", t.dtype(), " tensor",
+              op == ReduceOp::Avg ? " by Avg" : "");
+  ++t.impl()->storage->version;  // written behind dispatch's back: saved-tensor checks see it
+  return start_all_reduce(t, op);
 }
 
 void ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,16 @@ struct InitOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };
 
+/// A collective in flight (ProcessGroup::all_reduce_async).
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Returns once the result may be used: for Gloo when it is in the tensor; for NCCL once work
+  /// queued on the current CUDA stream after this call will see it. Raises the collective's
+  /// error, if it had one.
+  virtual void wait() = 0;
+};
+
 /// A set of ranks that communicate. Collectives are blocking on the host for Gloo; for NCCL they
 /// are queued on the current CUDA stream (later work on it sees the result).
 class ProcessGroup : public Communicator {
@@ -66,6 +77,12 @@ class ProcessGroup : public Communicator {
   virtual void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op);
   /// Returns once every rank has called it.
   virtual void barrier() = 0;
+  /// all_reduce that returns before it is done, so the caller can go on computing (DDP's buckets
+  /// during backward): `t` must not be read or written until the Work's wait() returned.
+  /// Collectives still run in the order they were called, the asynchronous ones included. Not
+  /// traced by jit::compile (the op-table all_reduce is what a compiled step records).
+  /// \throws ember::Error when `t` is not a contiguous tensor on device() or the group failed.
+  std::shared_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op);
 
  protected:
   /// For the backends: this rank of `size`, communicating through `backend`.
@@ -75,6 +92,8 @@ class ProcessGroup : public Communicator {
   void check_usable(const char* op) const;
   /// Records `why` as the group's error and raises it.
   [[noreturn]] void fail(const char* op, const std::string& why);
+  /// The backend's asynchronous all-reduce of a checked tensor; by default a blocking one.
+  virtual std::shared_ptr<Work> start_all_reduce(const Tensor& t, ReduceOp op);
 
  private:
   friend std::shared_ptr<ProcessGroup> init_process_group(const InitOptions&);
@@ -83,6 +102,7 @@ class ProcessGroup : public Communicator {
   int size_;
   std::chrono::milliseconds timeout_;
   int64_t id_ = -1;
+  mutable std::mutex error_mu_;  // a backend's communication thread may fail the group
   std::string error_;
 };
 

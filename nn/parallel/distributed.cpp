@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "core/trace_hooks.h"
 
 namespace ember::nn::parallel {
 
@@ -18,6 +19,12 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   struct Bucket {
     std::vector<size_t> params;  // indices into `params`
     size_t pending = 0;          // gradients still to arrive this backward
+  };
+  // A bucket whose all-reduce runs while backward goes on.
+  struct InFlight {
+    std::shared_ptr<distributed::Work> work;
+    Tensor buffer;
+    std::vector<Tensor> grads;  // empty: the buffer is the gradient itself
   };
 
   distributed::ProcessGroup* group = nullptr;
@@ -30,6 +37,8 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   size_t next = 0;     // the next bucket to reduce this backward
   bool armed = false;  // the end-of-backward callback is queued
   bool no_sync = false;
+  bool overlap = true;
+  std::vector<InFlight> in_flight;
 
   void on_grad(size_t i) {
     if (no_sync) return;
@@ -43,6 +52,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     if (ready[i]) return;
     ready[i] = 1;
     --buckets[bucket_of[i]].pending;
+    if (!overlap && !trace_hooks()) return;  // all of them in finish()
     while (next < buckets.size() && buckets[next].pending == 0) reduce(next++);
   }
 
@@ -50,6 +60,15 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   // another) are reduced too, with zeros, so every rank issued the same collectives.
   void finish() {
     while (next < buckets.size()) reduce(next++);
+    for (InFlight& f : in_flight) {
+      f.work->wait();
+      int64_t offset = 0;
+      for (Tensor& g : f.grads) {
+        g.copy_(f.buffer.narrow(0, offset, g.numel()).view(g.sizes()));
+        offset += g.numel();
+      }
+    }
+    in_flight.clear();
     next = 0;
     armed = false;
     for (Bucket& b : buckets) b.pending = b.params.size();
@@ -72,6 +91,14 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     // One parameter's contiguous gradient is reduced where it lies; several are packed first.
     const bool alone = grads.size() == 1 && grads[0].is_contiguous();
     Tensor buffer = alone ? flat[0] : cat(flat, 0);
+    if (!trace_hooks()) {
+      // Eager: started here, finished in finish(). (A trace records the op instead: the
+      // replay must issue it.)
+      InFlight f{group->all_reduce_async(buffer, ReduceOp::Avg), buffer, {}};
+      if (!alone) f.grads = std::move(grads);
+      in_flight.push_back(std::move(f));
+      return;
+    }
     distributed::all_reduce(buffer, ReduceOp::Avg, group);
     if (alone) return;
     int64_t offset = 0;
@@ -108,6 +135,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   distributed::ProcessGroup& group = options.group ? *options.group : distributed::default_group();
   Reducer& r = *reducer_;
   r.group = &group;
+  r.overlap = options.overlap_backward;
   for (auto& [name, p] : module_->named_parameters()) {
     if (!p.requires_grad()) continue;
     EMBER_CHECK(p.device() == group.device(), "DistributedDataParallel: parameter ", name,

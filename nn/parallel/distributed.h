@@ -18,6 +18,9 @@ struct DDPOptions {
   double bucket_cap_mb = 25.0;
   /// The group to average over; null: the default group.
   distributed::ProcessGroup* group = nullptr;
+  /// Start each bucket's all-reduce while backward goes on (the default); false: reduce every
+  /// bucket after backward has finished, which bench/ddp_overlap compares against.
+  bool overlap_backward = true;
 };
 
 /// Keeps the replicas of `module` on every rank of a process group identical: at construction it
@@ -26,9 +29,11 @@ struct DDPOptions {
 /// optimizer takes the same step.
 ///
 /// The gradients are reduced in buckets in the reverse order of module.parameters() (roughly
-/// the order backward produces them): each bucket is flattened and all-reduced as soon as its
-/// last gradient has been accumulated, while the rest of backward is still to run. Inside
-/// `jit::compile` the all-reduces are nodes of the traced step like its other ops.
+/// the order backward produces them): each bucket is flattened and its all-reduce started as
+/// soon as its last gradient has been accumulated, and runs while the rest of backward does (on
+/// NCCL's stream, or Gloo's communication thread); the end of backward waits for all of them and
+/// writes the averages back. Inside `jit::compile` the all-reduces are nodes of the traced step
+/// like its other ops (replayed in order, each joined where it stands).
 ///
 /// The module is used as before (`model->forward(x)`); the wrapper only has to stay alive.
 /// Construct it after the module is on its device. Every rank must run the same backwards:

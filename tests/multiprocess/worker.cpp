@@ -167,11 +167,12 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
   return worst / std::max(scale, 1.0);
 }
 
-void gradients(DType dt, double cap_mb, double tol) {
+void gradients(DType dt, double cap_mb, double tol, bool overlap = true) {
   manual_seed(50 +
               static_cast<uint64_t>(rank()));  // each rank starts elsewhere: DDP copies rank 0's
   nn::Sequential net = make_net(dt);
-  nn::parallel::DistributedDataParallel ddp(net, {.bucket_cap_mb = cap_mb});
+  nn::parallel::DistributedDataParallel ddp(net,
+                                            {.bucket_cap_mb = cap_mb, .overlap_backward = overlap});
   for (const Tensor& p : net->parameters())
     WCHECK(same_on_every_rank(p), "broadcast at construction");
   if (cap_mb < 0.001)
@@ -393,6 +394,7 @@ int main(int argc, char** argv) {
          gradients(kFloat64, 25, 1e-12);
          gradients(kFloat32, 25, 1e-6);
          gradients(kFloat32, 0.0002, 1e-6);
+         gradients(kFloat32, 0.0002, 1e-6, false);
        }},
       {"no_sync", no_sync},
       {"training", training},
