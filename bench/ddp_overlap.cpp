@@ -70,7 +70,7 @@ nn::Sequential make_model(const Config& c, Device dev) {
 
 enum class Variant { ComputeOnly, CommOnly, After, Overlap };
 
-double run(const Config& c, Variant v, Device dev) {
+double run(const Config& c, Variant v, Device dev, bool compiled = false) {
   manual_seed(1);
   nn::Sequential model = make_model(c, dev);
   nn::parallel::DistributedDataParallel ddp(
@@ -89,6 +89,15 @@ double run(const Config& c, Variant v, Device dev) {
       buckets.push_back(zeros({n}, TensorOptions(kFloat32).device(dev)));
     }
   }
+  auto body = [&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = crit(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto step =
+      jit::compile(body, {.mode = dev.is_cuda() ? jit::Mode::ReduceOverhead : jit::Mode::Default});
   std::vector<double> times;
   for (int s = 0; s < c.warmup + c.steps; ++s) {
     const Tensor x = randn({c.batch, c.width}, dev);
@@ -103,10 +112,12 @@ double run(const Config& c, Variant v, Device dev) {
       if (v == Variant::ComputeOnly) {
         auto guard = ddp.no_sync();
         crit(model->forward(x), y).backward();
+        opt.step();
+      } else if (compiled) {
+        step(x, y);
       } else {
-        crit(model->forward(x), y).backward();
+        body(x, y);
       }
-      opt.step();
     }
     sync(dev);
     const double ms = slowest(now_ms() - t0, dev);
@@ -140,6 +151,8 @@ int main(int argc, char** argv) {
     const double comm = run(c, Variant::CommOnly, dev);
     const double after = run(c, Variant::After, dev);
     const double overlap = run(c, Variant::Overlap, dev);
+    const double after_compiled = run(c, Variant::After, dev, true);
+    const double overlap_compiled = run(c, Variant::Overlap, dev, true);
     if (rank == 0) {
       std::printf(
           "ddp_overlap: %s, %d ranks, %d x Linear(%lld) + ReLU, batch %lld per rank, "
@@ -153,8 +166,13 @@ int main(int argc, char** argv) {
       std::printf("    all-reduces only              %8.2f ms\n", comm);
       std::printf("    DDP, reduced after backward   %8.2f ms\n", after);
       std::printf("    DDP, overlapped               %8.2f ms\n", overlap);
-      std::printf("  after / overlapped = %.2fx; communication hidden: %.0f%%\n", after / overlap,
-                  100 * (after - overlap) / comm);
+      std::printf("    compiled, reduced after       %8.2f ms\n", after_compiled);
+      std::printf("    compiled, overlapped          %8.2f ms\n", overlap_compiled);
+      std::printf(
+          "  eager: after / overlapped = %.2fx, communication hidden %.0f%%; compiled: "
+          "%.2fx, %.0f%%\n",
+          after / overlap, 100 * (after - overlap) / comm, after_compiled / overlap_compiled,
+          100 * (after_compiled - overlap_compiled) / comm);
       if (!c.json.empty()) {
         nlohmann::json j = {{"backend", c.backend},
                             {"world_size", world},
@@ -167,7 +185,9 @@ int main(int argc, char** argv) {
                             {"compute_only_ms", compute},
                             {"comm_only_ms", comm},
                             {"after_backward_ms", after},
-                            {"overlapped_ms", overlap}};
+                            {"overlapped_ms", overlap},
+                            {"compiled_after_backward_ms", after_compiled},
+                            {"compiled_overlapped_ms", overlap_compiled}};
         std::ofstream(c.json) << j.dump(2) << "\n";
       }
     }

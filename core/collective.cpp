@@ -82,15 +82,34 @@ TraceVerdict agree_on_trace(int64_t group, bool broken, std::string_view fingerp
   return v;
 }
 
-void run_collective(const KernelCall& call) {
-  const std::shared_ptr<Communicator> c = find_communicator(op_name(call.op), call.attrs.group);
+namespace {
+struct FinishedWork final : CollectiveWork {
+  void wait() override {}
+};
+
+std::shared_ptr<Communicator> communicator_of(const KernelCall& call) {
+  std::shared_ptr<Communicator> c = find_communicator(op_name(call.op), call.attrs.group);
   const Tensor& in = call.inputs[0];
   // In place only, as torch.distributed's collectives are: a copy here would be a second op the
   // tracer does not see.
   EMBER_CHECK(call.out.defined() && in.impl()->storage == call.out.impl()->storage &&
                   in.storage_offset() == call.out.storage_offset(),
               op_name(call.op), ": reduces its tensor in place; give the input as the output");
-  c->all_reduce(call.out, call.attrs.reduce_op);
+  return c;
+}
+}  // namespace
+
+std::shared_ptr<CollectiveWork> Communicator::start_all_reduce(const Tensor& t, ReduceOp op) {
+  all_reduce(t, op);
+  return std::make_shared<FinishedWork>();
+}
+
+void run_collective(const KernelCall& call) {
+  communicator_of(call)->all_reduce(call.out, call.attrs.reduce_op);
+}
+
+std::shared_ptr<CollectiveWork> start_collective(const KernelCall& call) {
+  return communicator_of(call)->start_all_reduce(call.out, call.attrs.reduce_op);
 }
 
 }  // namespace ember

@@ -18,6 +18,16 @@ namespace ember {
 class Tensor;
 struct KernelCall;
 
+/// A collective in flight (Communicator::start_all_reduce).
+class CollectiveWork {
+ public:
+  virtual ~CollectiveWork() = default;
+  /// Returns once the result may be used: on the CPU when it is in the tensor; on a GPU once
+  /// work queued on the current CUDA stream after this call will see it. Raises the
+  /// collective's error, if it had one.
+  virtual void wait() = 0;
+};
+
 /// What a collective op calls: one communicator per process group.
 class Communicator {
  public:
@@ -25,6 +35,10 @@ class Communicator {
   /// Combines `t` (contiguous, on device()) across every rank by `op`, in place, before returning
   /// on the host's side: on a CUDA device, when the reduction is enqueued on the current stream.
   virtual void all_reduce(const Tensor& t, ReduceOp op) = 0;
+  /// all_reduce that returns before it is done, so the caller can go on computing: `t` must not
+  /// be read or written until the work's wait() returned. Collectives run in the order they
+  /// were called, these included. By default a blocking all_reduce and a finished work.
+  virtual std::shared_ptr<CollectiveWork> start_all_reduce(const Tensor& t, ReduceOp op);
   /// The device the communicator's tensors live on (the CPU for Gloo, a GPU for NCCL).
   virtual Device device() const = 0;
   /// "gloo rank 1 of 4", for errors.
@@ -61,5 +75,8 @@ void check_communicator(std::string_view op, int64_t id, Device device);
 /// The kernel of the collective rows, on every device: reduces its input in place (the output
 /// must be the input).
 void run_collective(const KernelCall& call);
+/// run_collective, started: a compiled step's replay waits for it before the first step that
+/// touches the tensor, running the steps in between meanwhile.
+std::shared_ptr<CollectiveWork> start_collective(const KernelCall& call);
 
 }  // namespace ember

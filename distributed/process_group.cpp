@@ -87,17 +87,6 @@ void ProcessGroup::fail(const char* op, const std::string& why) {
   EMBER_FAIL("distributed::", op, ": ", describe(), ": ", why);
 }
 
-namespace {
-struct DoneWork final : Work {
-  void wait() override {}
-};
-}  // namespace
-
-std::shared_ptr<Work> ProcessGroup::start_all_reduce(const Tensor& t, ReduceOp op) {
-  all_reduce(t, op);
-  return std::make_shared<DoneWork>();
-}
-
 std::shared_ptr<Work> ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_usable("all_reduce");
   EMBER_CHECK(t.defined() && t.device() == device() && t.is_contiguous(),

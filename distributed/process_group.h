@@ -41,15 +41,10 @@ struct InitOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };
 
-/// A collective in flight (ProcessGroup::all_reduce_async).
-class Work {
- public:
-  virtual ~Work() = default;
-  /// Returns once the result may be used: for Gloo when it is in the tensor; for NCCL once work
-  /// queued on the current CUDA stream after this call will see it. Raises the collective's
-  /// error, if it had one.
-  virtual void wait() = 0;
-};
+/// A collective in flight (ProcessGroup::all_reduce_async): wait() returns once the result may
+/// be used (for Gloo when it is in the tensor; for NCCL once work queued on the current CUDA
+/// stream after the call will see it).
+using Work = CollectiveWork;
 
 /// A set of ranks that communicate. Collectives are blocking on the host for Gloo; for NCCL they
 /// are queued on the current CUDA stream (later work on it sees the result).
@@ -92,8 +87,6 @@ class ProcessGroup : public Communicator {
   void check_usable(const char* op) const;
   /// Records `why` as the group's error and raises it.
   [[noreturn]] void fail(const char* op, const std::string& why);
-  /// The backend's asynchronous all-reduce of a checked tensor; by default a blocking one.
-  virtual std::shared_ptr<Work> start_all_reduce(const Tensor& t, ReduceOp op);
 
  private:
   friend std::shared_ptr<ProcessGroup> init_process_group(const InitOptions&);

@@ -35,15 +35,19 @@ BranchPlan plan_branches(const Graph& g, const StepList& steps,
     if (bytes > 0) out.push_back({lo, lo + bytes});
   };
   const std::vector<int32_t>& node_step = steps.node_step();
+  const std::vector<int32_t>& node_done = steps.node_done();
   std::vector<ValueId> roots;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    const int32_t si = node_step[ni];
-    if (si < 0) continue;
     const Node& nd = g.nodes[ni];
-    for (ValueId in : nd.inputs) range_of(in, reads[si]);
-    if (nd.out != kNoValue) range_of(nd.out, writes[si]);
-    g.writes(nd, roots);
-    for (ValueId r : roots) range_of(r, writes[si]);
+    // A collective touches its tensor from its start to its wait: both steps.
+    for (const int32_t si : {node_step[ni], node_done[ni]}) {
+      if (si < 0) continue;
+      for (ValueId in : nd.inputs) range_of(in, reads[si]);
+      if (nd.out != kNoValue) range_of(nd.out, writes[si]);
+      g.writes(nd, roots);
+      for (ValueId r : roots) range_of(r, writes[si]);
+      if (node_done[ni] == node_step[ni]) break;
+    }
   }
   auto overlap = [](const std::vector<Range>& a, const std::vector<Range>& b) {
     for (const Range& x : a)

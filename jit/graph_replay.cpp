@@ -76,7 +76,8 @@ GraphReplay::Bound* GraphReplay::find(std::span<const Tensor> args) {
 void GraphReplay::plan_early_reads(const std::vector<StoragePtr>& placeholders) {
   early_planned_ = true;
   const std::vector<ValueId>& fresh_roots = bind_.fresh_roots;
-  const std::vector<int32_t>& node_step = steps_.node_step();
+  // A collective's result is there at its wait.
+  const std::vector<int32_t>& node_step = steps_.node_done();
   out_after_.assign(fresh_roots.size(), -1);
   std::vector<ValueId> roots;
   for (size_t f = 0; f < fresh_roots.size(); ++f) {

@@ -34,9 +34,32 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
       for (int32_t m : g.groups[gi].nodes) node_step_[m] = idx;
     node_step_[ni] = idx;
   };
+  // Collectives started and not yet waited for: their slot and their tensor's root.
+  std::vector<std::pair<int32_t, ValueId>> open;
+  std::vector<std::pair<size_t, int32_t>> waits;  // (node, its wait step)
+  std::vector<ValueId> written;
+  auto wait_for = [&](size_t k) {
+    Step w;
+    w.kind = StepKind::CollectiveWait;
+    w.op = OpId::all_reduce;
+    w.cpu_group = open[k].first;
+    steps_.push_back(std::move(w));
+    for (auto& [node, step] : waits)
+      if (step == -open[k].first - 1) step = static_cast<int32_t>(steps_.size()) - 1;
+    open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+  };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     const OpKind kind = op_info(n.op).kind;
+    // Before a node that touches a collective's tensor (a group's step comes at its last
+    // member, later still): the collective's wait.
+    g.writes(n, written);
+    if (n.out != kNoValue) written.push_back(g.values[n.out].root);
+    for (size_t k = open.size(); k-- > 0;) {
+      bool touches = std::find(written.begin(), written.end(), open[k].second) != written.end();
+      for (ValueId in : n.inputs) touches = touches || g.values[in].root == open[k].second;
+      if (touches) wait_for(k);
+    }
     // A CPU pointwise or pointwise+reduction group runs chunked, once, at its last member.
     // A GEMM epilogue: the GEMM runs as itself, its pointwise tail chunked like a pointwise group.
     if (!cuda && n.group >= 0) {
@@ -106,6 +129,12 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
       s.kind = StepKind::Transfer;
     } else if (kind == OpKind::MultiTensor) {
       s.kind = StepKind::Update;
+    } else if (kind == OpKind::Collective) {
+      s.kind = StepKind::CollectiveStart;
+      s.cpu_group = static_cast<int32_t>(in_flight_.size());
+      in_flight_.emplace_back();
+      open.push_back({s.cpu_group, g.values[n.out].root});
+      waits.push_back({ni, -s.cpu_group - 1});  // the wait's step, once it is placed
     }
     // Every tensor a kernel touches must have memory by now (inputs are bound per call, fresh
     // outputs allocated per call); anything else is a planning bug, caught here, not in a kernel.
@@ -123,6 +152,9 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
     steps_.push_back(std::move(s));
     covered(ni, false);
   }
+  while (!open.empty()) wait_for(open.size() - 1);  // what the replay returns or keeps
+  node_done_ = node_step_;
+  for (const auto& [node, step] : waits) node_done_[node] = step;
 }
 
 void StepList::use_rng_state(const uint64_t* state) {
@@ -155,6 +187,27 @@ void StepList::run(StepHooks* capture, cuda::Timeline* timeline) {
   }
   if (capture) capture->before_steps();
   const auto n = static_cast<int32_t>(steps_.size());
+  try {
+    run_steps(capture, timeline, rng_seed, rng_base);
+  } catch (...) {
+    // A collective still in flight writes into memory the replay is about to give back.
+    for (std::shared_ptr<CollectiveWork>& w : in_flight_) {
+      if (!w) continue;
+      try {
+        w->wait();
+      } catch (...) {  // the first error is the one to report
+      }
+      w.reset();
+    }
+    throw;
+  }
+  if (capture) capture->after_steps();
+  if (timeline) timeline->mark(n);
+}
+
+void StepList::run_steps(StepHooks* capture, cuda::Timeline* timeline, uint64_t rng_seed,
+                         uint64_t rng_base) {
+  const auto n = static_cast<int32_t>(steps_.size());
   for (int32_t i = 0; i < n; ++i) {
     Step& s = steps_[i];
     if (timeline && i > 0) timeline->mark(i);
@@ -180,11 +233,17 @@ void StepList::run(StepHooks* capture, cuda::Timeline* timeline) {
       case StepKind::Lowered:
         lowered_[s.cpu_group]->run();
         break;
+      case StepKind::CollectiveStart:
+        in_flight_[s.cpu_group] = start_collective({s.op, s.args, s.attrs, s.out});
+        break;
+      case StepKind::CollectiveWait: {
+        std::shared_ptr<CollectiveWork> w = std::move(in_flight_[s.cpu_group]);
+        w->wait();
+        break;
+      }
     }
     if (capture) capture->after_step(i);
   }
-  if (capture) capture->after_steps();
-  if (timeline) timeline->mark(n);
 }
 
 std::string StepList::step_name(const Step& s) const {
@@ -195,6 +254,9 @@ std::string StepList::step_name(const Step& s) const {
       break;
     case StepKind::CpuGroup:
       os << "cpu group " << s.cpu_group;
+      break;
+    case StepKind::CollectiveWait:
+      os << "wait for " << op_name(s.op) << " " << s.cpu_group;
       break;
     default:
       os << (s.kind == StepKind::Transfer ? std::string_view("transfer") : op_name(s.op));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collective.h"
 #include "jit/binding.h"
 #include "jit/graph.h"
 #include "jit/passes.h"
@@ -20,7 +21,19 @@ namespace ember::jit {
 class CpuGroupRunner;  // jit/cpu_group.h
 class LoweredGroup;    // jit/lower.h
 
-enum class StepKind : uint8_t { Kernel, Random, Transfer, Update, CpuGroup, Lowered };
+// A collective runs as two steps: its start, where the node stands, and its wait, just before
+// the first later step that touches its tensor (or at the end), so the steps in between run
+// while the other ranks communicate.
+enum class StepKind : uint8_t {
+  Kernel,
+  Random,
+  Transfer,
+  Update,
+  CpuGroup,
+  Lowered,
+  CollectiveStart,
+  CollectiveWait
+};
 struct Step {
   StepKind kind = StepKind::Kernel;
   OpId op = OpId::neg;
@@ -29,7 +42,8 @@ struct Step {
   Tensor out;
   Device device;
   uint64_t rng_delta = 0;
-  int32_t cpu_group = -1;  // CpuGroup: index into the CPU groups; Lowered: into lowered()
+  int32_t cpu_group = -1;  // CpuGroup: index into the CPU groups; Lowered: into lowered();
+                           // Collective*: the in-flight slot
 };
 
 // What a capture queues around the steps; a plain replay runs them with none. A virtual
@@ -73,6 +87,9 @@ class StepList {
   // Whether step i may run beside unrelated steps (LoweredGroup::self_contained).
   bool self_contained(size_t i) const;
   const std::vector<int32_t>& node_step() const { return node_step_; }  // per node: its step
+  // Per node: the step after which its effect is complete (its wait for a collective, else
+  // node_step()).
+  const std::vector<int32_t>& node_done() const { return node_done_; }
   uint64_t rng_counters() const { return rng_counters_; }  // Philox counters a replay draws
   int32_t kernels() const { return kernels_; }
   int32_t cpu_chunked_groups() const { return static_cast<int32_t>(cpu_groups_.size()); }
@@ -81,6 +98,8 @@ class StepList {
 
  private:
   std::string step_name(const Step& s) const;
+  void run_steps(StepHooks* capture, cuda::Timeline* timeline, uint64_t rng_seed,
+                 uint64_t rng_base);
 
   const Graph* g_ = nullptr;
   std::vector<Step> steps_;
@@ -89,6 +108,8 @@ class StepList {
   std::vector<std::unique_ptr<LoweredGroup>> lowered_;
   std::vector<std::unique_ptr<Group>> solo_groups_;
   std::vector<int32_t> node_step_;
+  std::vector<int32_t> node_done_;
+  std::vector<std::shared_ptr<CollectiveWork>> in_flight_;  // per collective slot
   uint64_t rng_counters_ = 0;
   int32_t kernels_ = 0;
 };

@@ -52,7 +52,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     if (ready[i]) return;
     ready[i] = 1;
     --buckets[bucket_of[i]].pending;
-    if (!overlap && !trace_hooks()) return;  // all of them in finish()
+    if (!overlap) return;  // all of them in finish()
     while (next < buckets.size() && buckets[next].pending == 0) reduce(next++);
   }
 
@@ -61,7 +61,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   void finish() {
     while (next < buckets.size()) reduce(next++);
     for (InFlight& f : in_flight) {
-      f.work->wait();
+      if (f.work) f.work->wait();
       int64_t offset = 0;
       for (Tensor& g : f.grads) {
         g.copy_(f.buffer.narrow(0, offset, g.numel()).view(g.sizes()));
@@ -91,21 +91,17 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     // One parameter's contiguous gradient is reduced where it lies; several are packed first.
     const bool alone = grads.size() == 1 && grads[0].is_contiguous();
     Tensor buffer = alone ? flat[0] : cat(flat, 0);
-    if (!trace_hooks()) {
-      // Eager: started here, finished in finish(). (A trace records the op instead: the
-      // replay must issue it.)
-      InFlight f{group->all_reduce_async(buffer, ReduceOp::Avg), buffer, {}};
-      if (!alone) f.grads = std::move(grads);
-      in_flight.push_back(std::move(f));
-      return;
-    }
-    distributed::all_reduce(buffer, ReduceOp::Avg, group);
-    if (alone) return;
-    int64_t offset = 0;
-    for (Tensor& g : grads) {
-      g.copy_(buffer.narrow(0, offset, g.numel()).view(g.sizes()));
-      offset += g.numel();
-    }
+    // Started here, written back in finish(). Eagerly through the group's asynchronous call; in
+    // a trace as the op, which a replay starts here and waits for just before the write-back,
+    // running the rest of backward in between.
+    InFlight f;
+    if (trace_hooks())
+      distributed::all_reduce(buffer, ReduceOp::Avg, group);
+    else
+      f.work = group->all_reduce_async(buffer, ReduceOp::Avg);
+    f.buffer = buffer;
+    if (!alone) f.grads = std::move(grads);
+    in_flight.push_back(std::move(f));
   }
 };
 
