@@ -12,6 +12,8 @@
 #include <set>
 #include <thread>
 
+#include "core/collective.h"
+#include "core/dispatch.h"
 #include "distributed/store.h"
 #include "test_util.h"
 
@@ -182,9 +184,10 @@ TEST_CASE("distributed: a gloo group of one rank, its errors, and its all_reduce
   if (!std::getenv("RANK"))
     CHECK_THROWS_WITH(dist::init_process_group({}), Catch::Matchers::Contains("RANK is not set"));
   if (!dist::is_available(dist::Backend::Nccl))
-    CHECK_THROWS_WITH(dist::init_process_group({.backend = dist::Backend::Nccl, .rank = 0,
-                                                .world_size = 1, .init = init}),
-                      Catch::Matchers::Contains("has no nccl backend"));
+    CHECK_THROWS_WITH(
+        dist::init_process_group(
+            {.backend = dist::Backend::Nccl, .rank = 0, .world_size = 1, .init = init}),
+        Catch::Matchers::Contains("has no nccl backend"));
 
   auto g = dist::init_process_group({.rank = 0, .world_size = 1, .init = init});
   CHECK(dist::is_initialized());
@@ -242,11 +245,15 @@ TEST_CASE("distributed: a gloo group of one rank, its errors, and its all_reduce
   CHECK_THROWS_WITH(f(full({3}, 1.0)), Catch::Matchers::Contains("no process group with id"));
 }
 
-TEST_CASE("distributed: an nccl group of one rank, its all_reduce compiled and captured in a CUDA graph", "[distributed][cuda]") {
+TEST_CASE(
+    "distributed: an nccl group of one rank, its all_reduce compiled and captured in a CUDA graph",
+    "[distributed][cuda]") {
   EMBER_REQUIRE_CUDA();
   REQUIRE(dist::is_available(dist::Backend::Nccl));  // a CUDA build finds the toolkit's NCCL
   test::TempDir dir("ember_nccl");
-  auto g = dist::init_process_group({.backend = dist::Backend::Nccl, .rank = 0, .world_size = 1,
+  auto g = dist::init_process_group({.backend = dist::Backend::Nccl,
+                                     .rank = 0,
+                                     .world_size = 1,
                                      .init = "file://" + dir.path().string()});
   const Device dev = Device::cuda(0);
   CHECK(g->device() == dev);
@@ -295,7 +302,89 @@ TEST_CASE("distributed: an nccl group of one rank, its all_reduce compiled and c
   const auto eager = run(false), comp = run(true);
   for (size_t i = 0; i < eager.size(); ++i) {
     const auto a = eager[i].to_vector<float>(), b = comp[i].to_vector<float>();
-    for (size_t k = 0; k < a.size(); ++k) CHECK(std::abs(a[k] - b[k]) <= 1e-6f * (1 + std::abs(a[k])));
+    for (size_t k = 0; k < a.size(); ++k)
+      CHECK(std::abs(a[k] - b[k]) <= 1e-6f * (1 + std::abs(a[k])));
   }
   dist::destroy_process_group();
+}
+
+namespace {
+
+// Doubles a float32 tensor in place through its memory, as a backend writes it (an op here
+// would be recorded by the tracer as part of the step).
+void double_in_place(const Tensor& t) {
+  float* p = static_cast<float*>(t.impl()->storage->data) + t.storage_offset();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] *= 2;
+}
+
+// Two virtual ranks holding the same tensor, and a log of what happened when: a started
+// reduction changes the tensor only when waited for, so a replay that read it before its wait
+// would see the old values.
+class DeferredTwoRanks final : public Communicator {
+ public:
+  std::vector<std::string> log;
+  void all_reduce(const Tensor& t, ReduceOp) override {
+    log.push_back("reduce");
+    double_in_place(t);
+  }
+  std::shared_ptr<CollectiveWork> start_all_reduce(const Tensor& t, ReduceOp) override {
+    struct Deferred final : CollectiveWork {
+      DeferredTwoRanks* owner;
+      Tensor t;
+      void wait() override {
+        owner->log.push_back("wait");
+        double_in_place(t);
+      }
+    };
+    log.push_back("start");
+    auto w = std::make_shared<Deferred>();
+    w->owner = this;
+    w->t = t;
+    return w;
+  }
+  Device device() const override { return Device::cpu(); }
+  std::string describe() const override { return "two deferred test ranks"; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::vector<uint64_t> all_gather_words(const std::vector<uint64_t>& mine) override {
+    std::vector<uint64_t> all = mine;
+    all.insert(all.end(), mine.begin(), mine.end());
+    return all;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("jit: a replayed all_reduce waits just before its result is read, not where it starts",
+          "[distributed][jit]") {
+  auto comm = std::make_shared<DeferredTwoRanks>();
+  const int64_t id = register_communicator(comm);
+  auto reduce = [id](const Tensor& t) {
+    Attrs a;
+    a.group = id;
+    dispatch(OpId::all_reduce, {t}, a, &t);
+  };
+  // Two independent reductions, then work on neither, then their consumers.
+  auto f = jit::compile([&](const Tensor& x) {
+    Tensor a = x * 3.0, b = x + 1.0;
+    reduce(a);
+    reduce(b);
+    Tensor c = (x * x).sum();
+    return a * b + c;
+  });
+  for (int call = 0; call < 4; ++call) {
+    comm->log.clear();
+    const Tensor x = full({4}, 1.0 + call);
+    const double v = 1.0 + call;
+    const std::vector<float> got = f(x).to_vector<float>();
+    // (2 * 3x) * (2 * (x + 1)) + 4x^2, with the reduction of two equal ranks doubling.
+    for (float g : got) CHECK(g == static_cast<float>(12 * v * (v + 1) + 4 * v * v));
+    if (call >= 2) {  // replays: both started before either is waited for
+      CHECK(comm->log == std::vector<std::string>{"start", "start", "wait", "wait"});
+    } else {  // traced calls run eagerly
+      CHECK(comm->log == std::vector<std::string>{"reduce", "reduce"});
+    }
+  }
+  CHECK(f.stats().replays == 2);
+  unregister_communicator(id);
 }
