@@ -352,6 +352,39 @@ void graph_break() {
   for (const Tensor& p : net->parameters()) WCHECK(same_on_every_rank(p), "parameters differ");
 }
 
+// A peer that dies while DDP's buckets are in flight on gloo's communication thread: backward
+// on the survivor ends in an ember::Error, within the timeout.
+void peer_killed_in_backward() {
+  manual_seed(2);
+  nn::Sequential net = make_net(kFloat32);
+  nn::parallel::DistributedDataParallel ddp(net, {.bucket_cap_mb = 0.0005});
+  nn::CrossEntropyLoss crit;
+  dist::barrier();
+  if (rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::raise(SIGKILL);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    for (int s = 0; s < 1000; ++s) {
+      const auto [x, y] = global_batch(s, kFloat32);
+      net->zero_grad();
+      crit(net(x.narrow(0, 0, kPerRank)), y.narrow(0, 0, kPerRank)).backward();
+    }
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  std::cout << "rank 0: backward failed after " << ms << " ms: " << message << std::endl;
+  WCHECK(message.find("rank 0 of 2") != std::string::npos, message);
+  WCHECK(ms < dist::default_group().timeout().count() + 3000, "took " << ms << " ms");
+  // The group stays failed: the next collective says so at once.
+  expect_error([] { dist::barrier(); }, "unusable after an earlier error");
+}
+
 // A peer that is gone or silent: an error within the timeout, not a hang.
 void peer_lost(bool killed) {
   // Both ranks are past joining before rank 1 goes (a rank that dies while the other is still
@@ -402,6 +435,7 @@ int main(int argc, char** argv) {
       {"trace_mismatch", trace_mismatch},
       {"graph_break", graph_break},
       {"peer_killed", [] { peer_lost(true); }},
+      {"peer_killed_in_backward", peer_killed_in_backward},
       {"peer_silent", [] { peer_lost(false); }},
   };
   auto it = scenarios.find(scenario);
