@@ -2,7 +2,9 @@
 // group's own stream, forked from and joined back to Ember's stream of the device with events:
 // the fork/join shape a CUDA graph captures, so a compiled step's all-reduces replay inside its
 // graph. The communicator is non-blocking, so a peer that never arrives is a timeout here, not
-// a hang inside NCCL.
+// a hang inside NCCL; and a watchdog thread aborts the communicator when an issued collective
+// has not finished within the timeout (a peer died or stopped calling collectives), which ends
+// the NCCL kernels that would otherwise wait for it forever and fails the group.
 #include "distributed/backends.h"
 
 #include "core/error.h"
@@ -11,8 +13,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "core/cuda_runtime.h"
@@ -122,13 +129,23 @@ class NcclGroup final : public ProcessGroup {
     EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
     EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     EMBER_CUDA_CHECK(cudaMalloc(&words_, sizeof(uint64_t) * 64 * static_cast<size_t>(size + 1)));
+    watchdog_ = std::thread([this] { watch_loop(); });
   }
 
   ~NcclGroup() override {
-    if (!comm_) return;
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    watchdog_.join();
     kernels::cuda::DeviceGuard guard(dev_);
-    cudaStreamSynchronize(comm_stream_);
-    ncclCommAbort(comm_);  // finalize would wait for peers that may be gone
+    if (comm_) {
+      cudaStreamSynchronize(comm_stream_);
+      ncclCommAbort(comm_);  // finalize would wait for peers that may be gone
+    }
+    for (const Watched& w : watched_) cudaEventDestroy(w.done);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     cudaFree(words_);
     cudaEventDestroy(forked_);
     cudaEventDestroy(done_);
@@ -152,12 +169,15 @@ class NcclGroup final : public ProcessGroup {
     auto work = std::make_shared<NcclWork>(dev_, t);
     if (t.numel() == 0) return work;
     kernels::cuda::DeviceGuard guard(dev_);
+    std::lock_guard lock(mu_);
+    check_usable("all_reduce");
     cudaStream_t s = kernels::cuda::stream(dev_);
     EMBER_CUDA_CHECK(cudaEventRecord(forked_, s));
     EMBER_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, forked_, 0));
     issue("all_reduce", ncclAllReduce(data_of(t), data_of(t), static_cast<size_t>(t.numel()),
                                       nccl_type(t.dtype()), nccl_op(op), comm_, comm_stream_));
     EMBER_CUDA_CHECK(cudaEventRecord(work->done, comm_stream_));
+    watch("all_reduce");
     return work;
   }
 
@@ -221,12 +241,18 @@ class NcclGroup final : public ProcessGroup {
     kernels::cuda::DeviceGuard guard(dev_);
     uint64_t* in = static_cast<uint64_t*>(words_);
     uint64_t* out = in + 64;
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(in, mine.data(), mine.size() * sizeof(uint64_t),
-                                     cudaMemcpyHostToDevice, comm_stream_));
-    issue("all_gather_words", ncclAllGather(in, out, mine.size(), ncclUint64, comm_, comm_stream_));
     std::vector<uint64_t> all(mine.size() * size());
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(all.data(), out, all.size() * sizeof(uint64_t),
-                                     cudaMemcpyDeviceToHost, comm_stream_));
+    {
+      std::lock_guard lock(mu_);
+      check_usable("all_gather_words");
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(in, mine.data(), mine.size() * sizeof(uint64_t),
+                                       cudaMemcpyHostToDevice, comm_stream_));
+      issue("all_gather_words",
+            ncclAllGather(in, out, mine.size(), ncclUint64, comm_, comm_stream_));
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(all.data(), out, all.size() * sizeof(uint64_t),
+                                       cudaMemcpyDeviceToHost, comm_stream_));
+      watch("all_gather_words");
+    }
     wait_for("all_gather_words", comm_stream_);
     return all;
   }
@@ -266,30 +292,76 @@ class NcclGroup final : public ProcessGroup {
   template <typename F>
   void on_comm_stream(const char* op, F&& call) {
     kernels::cuda::DeviceGuard guard(dev_);
+    std::lock_guard lock(mu_);
+    check_usable(op);  // the watchdog may have failed the group since the caller checked
     cudaStream_t s = kernels::cuda::stream(dev_);
     EMBER_CUDA_CHECK(cudaEventRecord(forked_, s));
     EMBER_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, forked_, 0));
     issue(op, call());
     EMBER_CUDA_CHECK(cudaEventRecord(done_, comm_stream_));
     EMBER_CUDA_CHECK(cudaStreamWaitEvent(s, done_, 0));
+    watch(op);
   }
 
-  // Waits for `s` on the host, giving up (and aborting the communicator, which ends kernels
-  // waiting for a dead peer) after the timeout.
+  // Under mu_, after a collective was queued on the group's stream: the watchdog's mark for it.
+  // A CUDA-graph capture only records (its collectives run at the graph's launches), so it is
+  // left alone.
+  void watch(const char* op) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(comm_stream_, &capturing);
+    if (capturing != cudaStreamCaptureStatusNone) return;
+    cudaEvent_t e = nullptr;
+    if (!spare_events_.empty()) {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    } else {
+      EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    EMBER_CUDA_CHECK(cudaEventRecord(e, comm_stream_));
+    watched_.push_back({e, Clock::now(), op});
+  }
+
+  // The watchdog: retires finished marks, and aborts the communicator when the oldest has been
+  // pending past the timeout or NCCL reports an error of its own.
+  void watch_loop() {
+    cudaSetDevice(dev_);
+    const auto tick =
+        std::clamp(timeout() / 20, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      wake_.wait_for(lock, tick);
+      while (!watched_.empty() && cudaEventQuery(watched_.front().done) == cudaSuccess) {
+        spare_events_.push_back(watched_.front().done);
+        watched_.pop_front();
+      }
+      if (!comm_) continue;
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      std::string why;
+      const char* op = "watchdog";
+      if (async != ncclSuccess && async != ncclInProgress) {
+        why = std::string("NCCL reported: ") + ncclGetErrorString(async);
+      } else if (!watched_.empty() && Clock::now() - watched_.front().issued > timeout()) {
+        op = watched_.front().op;
+        why = "the collective did not finish within " + std::to_string(timeout().count()) +
+              " ms (a peer died or stopped calling collectives); the communicator was aborted";
+      }
+      if (why.empty()) continue;
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      mark_failed(op, why);
+      std::cerr << "ember: " << describe() << ": " << op << ": " << why << std::endl;
+    }
+  }
+
+  // Waits for `s` on the host; the watchdog ends the wait (failing the group) when a peer does
+  // not answer within the timeout.
   void wait_for(const char* op, cudaStream_t s) {
-    const auto deadline = Clock::now() + timeout();
     for (;;) {
       const cudaError_t e = cudaStreamQuery(s);
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) fail(op, cudaGetErrorString(e));
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) fail(op, ncclGetErrorString(async));
-      if (Clock::now() > deadline) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        fail(op, "no answer from a peer within " + std::to_string(timeout().count()) + " ms");
-      }
+      check_usable(op);
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -301,6 +373,18 @@ class NcclGroup final : public ProcessGroup {
   cudaEvent_t forked_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* words_ = nullptr;
+  // The watchdog's state, and comm_ (which it may abort), under mu_.
+  struct Watched {
+    cudaEvent_t done;
+    Clock::time_point issued;
+    const char* op;
+  };
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Watched> watched_;
+  std::vector<cudaEvent_t> spare_events_;
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace

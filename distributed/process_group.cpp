@@ -80,11 +80,13 @@ void ProcessGroup::check_usable(const char* op) const {
 }
 
 void ProcessGroup::fail(const char* op, const std::string& why) {
-  {
-    std::lock_guard lock(error_mu_);
-    if (error_.empty()) error_ = std::string(op) + ": " + why;
-  }
+  mark_failed(op, why);
   EMBER_FAIL("distributed::", op, ": ", describe(), ": ", why);
+}
+
+void ProcessGroup::mark_failed(const char* op, const std::string& why) {
+  std::lock_guard lock(error_mu_);
+  if (error_.empty()) error_ = std::string(op) + ": " + why;
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {

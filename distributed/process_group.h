@@ -87,6 +87,9 @@ class ProcessGroup : public Communicator {
   void check_usable(const char* op) const;
   /// Records `why` as the group's error and raises it.
   [[noreturn]] void fail(const char* op, const std::string& why);
+  /// Records `why` as the group's error without raising it (a backend's watchdog thread): the
+  /// next call raises it.
+  void mark_failed(const char* op, const std::string& why);
 
  private:
   friend std::shared_ptr<ProcessGroup> init_process_group(const InitOptions&);

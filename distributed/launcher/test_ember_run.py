@@ -247,8 +247,10 @@ class EmberRunTest(unittest.TestCase):
     # --- signals to the launcher --------------------------------------------------------------
 
     def check_signal_reaches_ranks(self, signal_number, name):
-        script = (f"trap 'echo got > \"$DIR/got_$RANK\"; exit {128 + signal_number}' {name}; " +
-                  WRITE_PID + "sleep 60")
+        # `sleep & wait`: sh runs a trap at once during `wait`, and between commands, whereas a
+        # signal that lands just before a foreground sleep starts would wait for the sleep.
+        script = (f"trap 'echo got > \"$DIR/got_$RANK\"; kill $! 2>/dev/null; "
+                  f"exit {128 + signal_number}' {name}; " + WRITE_PID + "sleep 60 & wait")
         began = time.monotonic()
         launcher = self.start("--nproc-per-node", "2", "sh", "-c", script)
         self.wait_for_files(["pid_0", "pid_1"], launcher)

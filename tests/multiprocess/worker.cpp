@@ -385,6 +385,29 @@ void peer_killed_in_backward() {
   expect_error([] { dist::barrier(); }, "unusable after an earlier error");
 }
 
+// NCCL's watchdog, on one GPU: a collective queued behind ~1 s of GPU work cannot finish within
+// a 200 ms timeout, as one waiting for a dead peer could not; the watchdog must abort the
+// communicator and fail the group, so the next collective raises instead of hanging.
+void nccl_watchdog() {
+  const Device dev = dist::default_group().device();
+  const Tensor a = randn({8192, 8192}, dev);
+  Tensor c = a;
+  for (int i = 0; i < 40; ++i) c = mm(a, a);  // ~44 TFLOP queued
+  dist::all_reduce(c, ReduceOp::Sum);
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  while (message.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    try {
+      dist::all_reduce(ones({4}, dev), ReduceOp::Sum);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }
+  std::cout << "rank 0: " << message << std::endl;
+  WCHECK(message.find("did not finish within 200 ms") != std::string::npos, message);
+}
+
 // A peer that is gone or silent: an error within the timeout, not a hang.
 void peer_lost(bool killed) {
   // Both ranks are past joining before rank 1 goes (a rank that dies while the other is still
@@ -436,6 +459,7 @@ int main(int argc, char** argv) {
       {"graph_break", graph_break},
       {"peer_killed", [] { peer_lost(true); }},
       {"peer_killed_in_backward", peer_killed_in_backward},
+      {"nccl_watchdog", nccl_watchdog},
       {"peer_silent", [] { peer_lost(false); }},
   };
   auto it = scenarios.find(scenario);
@@ -447,10 +471,15 @@ int main(int argc, char** argv) {
   }
   const char* timeout_env = std::getenv("EMBER_TEST_TIMEOUT_MS");
   const int timeout_ms = timeout_env ? std::atoi(timeout_env) : 60000;
+  const bool nccl = scenario.rfind("nccl", 0) == 0;
+  if (nccl && !cuda::is_available()) {
+    std::cout << "EMBER_SKIP: no CUDA device" << std::endl;
+    return 0;
+  }
   int me = -1;
   try {
-    dist::init_process_group(
-        {.backend = dist::Backend::Gloo, .timeout = std::chrono::milliseconds(timeout_ms)});
+    dist::init_process_group({.backend = nccl ? dist::Backend::Nccl : dist::Backend::Gloo,
+                              .timeout = std::chrono::milliseconds(timeout_ms)});
     me = rank();
     it->second();
     dist::destroy_process_group();
