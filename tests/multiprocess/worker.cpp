@@ -385,14 +385,15 @@ void peer_killed_in_backward() {
   expect_error([] { dist::barrier(); }, "unusable after an earlier error");
 }
 
-// NCCL's watchdog, on one GPU: a collective queued behind ~1 s of GPU work cannot finish within
-// a 200 ms timeout, as one waiting for a dead peer could not; the watchdog must abort the
-// communicator and fail the group, so the next collective raises instead of hanging.
+// NCCL's watchdog, on one GPU: a collective queued behind ~8 s of GPU work cannot finish within
+// a 3 s timeout (NCCL's own start-up needs part of a second), as one waiting for a dead peer
+// could not; the watchdog must abort the communicator and fail the group, so the next
+// collective raises instead of hanging.
 void nccl_watchdog() {
   const Device dev = dist::default_group().device();
-  const Tensor a = randn({8192, 8192}, dev);
+  const Tensor a = randn({16384, 16384}, dev);
   Tensor c = a;
-  for (int i = 0; i < 40; ++i) c = mm(a, a);  // ~44 TFLOP queued
+  for (int i = 0; i < 50; ++i) c = mm(a, a);  // 440 TFLOP queued
   dist::all_reduce(c, ReduceOp::Sum);
   const auto start = std::chrono::steady_clock::now();
   std::string message;
@@ -405,7 +406,9 @@ void nccl_watchdog() {
     }
   }
   std::cout << "rank 0: " << message << std::endl;
-  WCHECK(message.find("did not finish within 200 ms") != std::string::npos, message);
+  const std::string within =
+      "did not finish within " + std::to_string(dist::default_group().timeout().count()) + " ms";
+  WCHECK(message.find(within) != std::string::npos, message);
 }
 
 // A peer that is gone or silent: an error within the timeout, not a hang.
