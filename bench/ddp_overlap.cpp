@@ -108,8 +108,8 @@ double run(const Config& c, Variant v, Device dev, bool compiled = false) {
     if (v == Variant::CommOnly) {
       for (const Tensor& b : buckets) dist::all_reduce(b, ReduceOp::Avg);
     } else {
-      opt.zero_grad();
       if (v == Variant::ComputeOnly) {
+        opt.zero_grad();
         auto guard = ddp.no_sync();
         crit(model->forward(x), y).backward();
         opt.step();

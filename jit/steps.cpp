@@ -34,18 +34,22 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
       for (int32_t m : g.groups[gi].nodes) node_step_[m] = idx;
     node_step_[ni] = idx;
   };
-  // Collectives started and not yet waited for: their slot and their tensor's root.
-  std::vector<std::pair<int32_t, ValueId>> open;
+  // Collectives started and not yet waited for, and where the waits went.
+  struct Open {
+    int32_t slot;
+    ValueId root;
+    size_t node;
+  };
+  std::vector<Open> open;
   std::vector<std::pair<size_t, int32_t>> waits;  // (node, its wait step)
   std::vector<ValueId> written;
   auto wait_for = [&](size_t k) {
     Step w;
     w.kind = StepKind::CollectiveWait;
     w.op = OpId::all_reduce;
-    w.cpu_group = open[k].first;
+    w.cpu_group = open[k].slot;
     steps_.push_back(std::move(w));
-    for (auto& [node, step] : waits)
-      if (step == -open[k].first - 1) step = static_cast<int32_t>(steps_.size()) - 1;
+    waits.push_back({open[k].node, static_cast<int32_t>(steps_.size()) - 1});
     open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
   };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
@@ -56,8 +60,8 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
     g.writes(n, written);
     if (n.out != kNoValue) written.push_back(g.values[n.out].root);
     for (size_t k = open.size(); k-- > 0;) {
-      bool touches = std::find(written.begin(), written.end(), open[k].second) != written.end();
-      for (ValueId in : n.inputs) touches = touches || g.values[in].root == open[k].second;
+      bool touches = std::find(written.begin(), written.end(), open[k].root) != written.end();
+      for (ValueId in : n.inputs) touches = touches || g.values[in].root == open[k].root;
       if (touches) wait_for(k);
     }
     // A CPU pointwise or pointwise+reduction group runs chunked, once, at its last member.
@@ -133,8 +137,7 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
       s.kind = StepKind::CollectiveStart;
       s.cpu_group = static_cast<int32_t>(in_flight_.size());
       in_flight_.emplace_back();
-      open.push_back({s.cpu_group, g.values[n.out].root});
-      waits.push_back({ni, -s.cpu_group - 1});  // the wait's step, once it is placed
+      open.push_back({s.cpu_group, g.values[n.out].root, ni});
     }
     // Every tensor a kernel touches must have memory by now (inputs are bound per call, fresh
     // outputs allocated per call); anything else is a planning bug, caught here, not in a kernel.

@@ -4,8 +4,6 @@
 // early waits for the ones before it; the end-of-backward callback flushes the rest).
 #include "nn/parallel/distributed.h"
 
-#include <unordered_map>
-
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "core/error.h"
