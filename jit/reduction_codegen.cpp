@@ -327,6 +327,23 @@ class Writer {
     count_ = 1;
     for (const Dim& d : red_dims_) count_ *= d.size;
     columns_ = innermost_ >= 0 && !reduced_[innermost_];
+    // Eager folds contiguous rows (the reduced dims last in its row-major materialized input)
+    // with 16-byte loads; when this kernel walks the space in the same row-major order, it folds
+    // in the same order (fused_reduce.cuh), else element by element.
+    std::vector<int> walked;
+    for (int d : order)
+      if (shape_[d] > 1) walked.push_back(d);
+    bool row_major = std::is_sorted(walked.begin(), walked.end());
+    bool seen_reduced = false;
+    for (int d : walked) {
+      if (reduced_[d])
+        seen_reduced = true;
+      else if (seen_reduced)
+        row_major = false;  // a kept dim inside the reduced ones
+    }
+    vec_ = !columns_ && seen_reduced && row_major
+               ? static_cast<int32_t>(16 / element_size(g_.values[red_.inputs[0]].dtype))
+               : 0;
     // 32-bit indexing when every position and offset fits (and no stride is negative).
     bool small = num_out_ * count_ <= INT32_MAX;
     for (int32_t k = 0; k < pointers_ && small; ++k) {
@@ -345,40 +362,17 @@ class Writer {
     index32_ = small;
   }
 
-  static int64_t pow2_ceil(int64_t v) {
-    int64_t p = 1;
-    while (p < v) p *= 2;
-    return p;
-  }
-  static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-  // The tile, the blocks along the outputs, and the split of the reduction: like the eager
-  // planner (kernels/cuda/reduce.cu), enough blocks to fill the GPU (kernels/reduce_grid.h),
-  // splitting only when the outputs alone give fewer.
+  // The tile, the blocks along the outputs, and the split of the reduction: the eager planner's
+  // cut (kernels/reduce_grid.h), so that with the same fold and combine order
+  // (kernels/cuda/fused_reduce.cuh) the fused sum equals the eager one bit for bit.
   void plan_launch() {
-    const int64_t threads = FusedReductionKernel::kMaxThreads;
-    const int64_t target = kernels::reduce_target_blocks(sms_);
-    int64_t per_block_work = 0;
-    if (columns_) {
-      bx_ = static_cast<int32_t>(std::min<int64_t>(32, pow2_ceil(num_out_)));
-      by_ = static_cast<int32_t>(std::max<int64_t>(1, std::min(threads / bx_, pow2_ceil(count_))));
-      blocks_x_ = ceil_div(num_out_, bx_);
-      per_block_work = int64_t{by_} * 16;
-    } else {
-      const bool few_long = count_ > 1024 && ceil_div(num_out_, 8) < target;
-      bx_ = few_long ? 256 : 32;
-      by_ = static_cast<int32_t>(threads / bx_);
-      blocks_x_ = ceil_div(num_out_, by_);
-      per_block_work = int64_t{bx_} * 8;
-    }
-    chunk_ = count_;
-    if (blocks_x_ < target && count_ > 2 * per_block_work) {
-      const int64_t splits =
-          std::min({ceil_div(target, blocks_x_), ceil_div(count_, per_block_work), int64_t{65535}});
-      const int64_t align = columns_ ? by_ : bx_;
-      chunk_ = ceil_div(ceil_div(count_, splits), align) * align;
-    }
-    splits_ = ceil_div(count_, chunk_);
+    static_assert(kernels::kReduceThreads == FusedReductionKernel::kMaxThreads);
+    const kernels::ReduceTile t = kernels::plan_reduce_tile(columns_, num_out_, count_, sms_);
+    bx_ = static_cast<int32_t>(t.bx);
+    by_ = static_cast<int32_t>(t.by);
+    blocks_x_ = t.blocks_x;
+    chunk_ = t.chunk;
+    splits_ = t.splits;
     // The finish of a split reduction works in whole warps (fused_reduce.cuh); a split only
     // happens for long reductions, which get full 256-thread tiles.
     EMBER_CHECK(splits_ == 1 || (int64_t{bx_} * by_) % 32 == 0,
@@ -427,7 +421,8 @@ class Writer {
       os << (i ? ", " : "") << op_name(g_.nodes[grp_.nodes[i]].op);
     os << " over " << shape_.str() << " -> " << g_.values[red_.out].shape.str() << " ("
        << (columns_ ? "columns" : "rows") << ", " << blocks_x_ << " x " << splits_ << " blocks of "
-       << bx_ << "x" << by_ << ", " << grp_.outputs.size() << " out)";
+       << bx_ << "x" << by_ << (vec_ ? ", eager's vector order" : "") << ", " << grp_.outputs.size()
+       << " out)";
     return os.str();
   }
 
@@ -554,6 +549,7 @@ class Writer {
     if (red_.op == OpId::mean) os << "  op.mean = true;\n";
     if (red_.op == OpId::amin) os << "  op.is_min = true;\n";
     os << "  fp::reduce_tiles<" << (columns_ ? "true" : "false") << ", " << bx_ << ", " << by_
+       << ", " << vec_
        << ", Index>(op, kNumOut, kCount, kChunk, kBlocksX, kSplits,\n"
           "      reinterpret_cast<Op::State*>(a.partial), a.tickets, Element{a}, Store{a, op});\n"
           "}\n";
@@ -585,6 +581,7 @@ class Writer {
   int64_t num_out_ = 0, count_ = 0;
   bool columns_ = false, index32_ = true;
   int32_t bx_ = 32, by_ = 8;
+  int32_t vec_ = 0;  // eager's vector width of a contiguous row, or 0 (fused_reduce.cuh)
   int64_t blocks_x_ = 1, splits_ = 1, chunk_ = 0;
 };
 

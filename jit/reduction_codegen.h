@@ -26,7 +26,7 @@
 namespace ember::jit {
 
 // Bumped when the generated code changes meaning: part of the kernel cache key.
-inline constexpr int kReductionCodegenVersion = 3;
+inline constexpr int kReductionCodegenVersion = 4;
 
 // A group may hold products D = A B (mm, K <= this) of values from outside it whose result only
 // the group reads: each element is computed where it is used, as the eager SmallK kernels

@@ -230,22 +230,30 @@ __device__ __forceinline__ State warp_allreduce(const Op& op, State s) {
   return s;
 }
 
-// All-reduce across threadIdx.x for each threadIdx.y row of the block. blockDim.x must be a
-// multiple of 32 (one or more whole warps per row) and the block at most 1024 threads. Every
-// thread of the block must call it (it synchronizes when a row spans several warps).
+// All-reduce across the `width` threads x = 0 .. width-1 of each row y of the block, thread
+// (x, y) being linear thread y * width + x: first within each warp, then across the row's warps.
+// `width` must be a multiple of 32 (one or more whole warps per row) and the block at most 1024
+// threads. Every thread of the block must call it (it synchronizes when a row spans several
+// warps).
 template <class Op, class State>
-__device__ State row_allreduce(const Op& op, State s) {
+__device__ State row_allreduce(const Op& op, State s, unsigned x, unsigned y, unsigned width) {
   s = warp_allreduce(op, s);
-  const int warps = blockDim.x / 32;
+  const unsigned warps = width / 32;
   if (warps == 1) return s;
   __shared__ State partial[32];
-  const int lane = threadIdx.x % 32, row_base = threadIdx.y * warps;
-  if (lane == 0) partial[row_base + threadIdx.x / 32] = s;
+  const unsigned lane = x % 32, row_base = y * warps;
+  if (lane == 0) partial[row_base + x / 32] = s;
   __syncthreads();
   s = lane < warps ? partial[row_base + lane] : op.identity();
   s = warp_allreduce(op, s);
   __syncthreads();  // `partial` may be reused by the next call
   return s;
+}
+
+// The same over a 2-D block's threadIdx.x.
+template <class Op, class State>
+__device__ State row_allreduce(const Op& op, State s) {
+  return row_allreduce(op, s, threadIdx.x, threadIdx.y, blockDim.x);
 }
 
 // All-reduce across threadIdx.y for each threadIdx.x column of the block (blockDim.y a power of

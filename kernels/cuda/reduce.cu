@@ -81,32 +81,13 @@ Plan make_plan(const Tensor& x, const Dims& dims, bool ordered, int device) {
   p.sh.count = count;
   p.columns = min_is_kept && num_out > 1;
 
-  // Enough blocks to fill the GPU (kernels/reduce_grid.h); split the reduction only when the
-  // outputs alone give fewer.
-  const int64_t target_blocks = reduce_target_blocks(sm_count(device));
-  int64_t blocks_x, per_block_work;
-  if (p.columns) {
-    const int64_t bx = std::min<int64_t>(32, pow2_ceil(num_out));
-    const int64_t by = std::max<int64_t>(1, std::min<int64_t>(256 / bx, pow2_ceil(count)));
-    p.block = dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-    blocks_x = ceil_div(num_out, bx);
-    per_block_work = by * 16;
-  } else {
-    const bool long_rows = count > 1024;
-    p.block = long_rows ? dim3(512, 1) : dim3(32, 8);
-    blocks_x = ceil_div(num_out, p.block.y);
-    per_block_work = int64_t{p.block.x} * 8;
-  }
-  int64_t chunk = std::max<int64_t>(count, 1);
-  if (blocks_x < target_blocks && count > 2 * per_block_work) {
-    const int64_t splits = std::min(
-        {ceil_div(target_blocks, blocks_x), ceil_div(count, per_block_work), int64_t{65535}});
-    const int64_t align = p.columns ? p.block.y : int64_t{p.block.x} * 4;
-    chunk = ceil_div(ceil_div(count, splits), align) * align;
-  }
-  p.sh.chunk = chunk;
-  p.splits = ceil_div(std::max<int64_t>(count, 1), chunk);
-  p.grid = dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(p.splits));
+  // The cut is the fused reductions' too (kernels/reduce_grid.h), so a sum the JIT fuses into
+  // its producer equals this one bit for bit.
+  const ReduceTile t = plan_reduce_tile(p.columns, num_out, count, sm_count(device));
+  p.block = dim3(static_cast<unsigned>(t.bx), static_cast<unsigned>(t.by));
+  p.sh.chunk = t.chunk;
+  p.splits = t.splits;
+  p.grid = dim3(static_cast<unsigned>(t.blocks_x), static_cast<unsigned>(t.splits));
   return p;
 }
 

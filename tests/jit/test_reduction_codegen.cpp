@@ -144,7 +144,7 @@ TEST_CASE("reduction codegen: relu backward + column sum is one kernel writing b
   CHECK_HAS(s, "typedef dev::SumOp<Acc> Op;");
   CHECK_HAS(s, "ew::WhereOp<float, float>");
   CHECK_HAS(s, "fp::store<float>(a.p[1], ");  // the where output, from the same kernel
-  CHECK_HAS(s, "fp::reduce_tiles<true, 32, 8, Index>");
+  CHECK_HAS(s, "fp::reduce_tiles<true, 32, 8, 0, Index>");
   CHECK_HAS(s, "constexpr Index kNumOut = 512u;");
   CHECK_HAS(s, "char* p[4];");  // no pointer for the mask: it stays in registers
   check_compiles(k);
@@ -384,7 +384,7 @@ TEST_CASE("reduction codegen: mean over the last dim with keepdim reduces rows",
   CHECK(k.count == 512);
   CHECK(k.tile_x == 32);
   CHECK_HAS(k.source, "op.mean = true;");
-  CHECK_HAS(k.source, "fp::reduce_tiles<false, 32, 8, Index>");
+  CHECK_HAS(k.source, "fp::reduce_tiles<false, 32, 8, 4, Index>");
   check_compiles(k);
 }
 
@@ -467,7 +467,35 @@ TEST_CASE("reduction codegen: a transposed input is walked along its memory orde
   // The larger input (a, 32768 elements like c; the first wins) is contiguous along the
   // reduced dim: rows, so its reads are coalesced.
   CHECK_FALSE(k.columns);
+  // Walked against the row-major order, so not in eager's vector order.
+  CHECK_HAS(k.source, "fp::reduce_tiles<false, 32, 8, 0, Index>");
   check_compiles(k);
+}
+
+TEST_CASE("reduction codegen: eager's vector order for rows of trailing dims only",
+          "[jit][codegen]") {
+  struct Case {
+    Shape shape;
+    Dims dims;
+    DType dtype;
+    const char* tiles;
+  };
+  const Case cases[] = {
+      {{64, 6, 40}, {1, 2}, kFloat32, "fp::reduce_tiles<false, 32, 8, 4, Index>"},
+      {{64, 40}, {1}, kFloat16, "fp::reduce_tiles<false, 32, 8, 8, Index>"},
+      {{64, 40}, {1}, kFloat64, "fp::reduce_tiles<false, 32, 8, 2, Index>"},
+      {{6, 64, 40}, {0, 2}, kFloat32, "fp::reduce_tiles<false, 32, 8, 0, Index>"},
+  };
+  for (const Case& c : cases) {
+    INFO("shape " << c.shape << ", " << dtype_name(c.dtype));
+    Builder b;
+    const ValueId x = b.input(c.shape, c.dtype);
+    const ValueId s = b.reduce(OpId::sum, b.op(OpId::exp, {x}), c.dims, false);
+    const FusedReductionKernel k = b.kernel({s});
+    CHECK_FALSE(k.columns);
+    CHECK_HAS(k.source, c.tiles);
+    check_compiles(k);
+  }
 }
 
 TEST_CASE("reduction codegen: groups it cannot run are refused with a reason", "[jit][codegen]") {
