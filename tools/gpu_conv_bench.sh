@@ -5,6 +5,7 @@
 #   SKIP_TESTS=1 SKIP_TORCH=1 bash tools/gpu_conv_bench.sh
 #   KERNELS=cnn KERNEL_BATCH=64 bash tools/gpu_conv_bench.sh     also ncu times of one cnn step
 #   AUTOTUNE_LOG=cnn:64 PERF_LOG=cnn:64   cuDNN's candidates; device time of every step of a replay
+#   RESNET_ND=1    also resnet 128 with nondeterministic cuDNN algorithms admitted (PyTorch's default)
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 B=${BUILD_DIR:-/tmp/build}
@@ -28,6 +29,11 @@ if [ -z "${SKIP_TORCH:-}" ]; then
   tail -8 /tmp/torch_cnn.txt
   timeout 150 $T --workloads resnet --batches 128 --json "$out/torch_resnet.json" >/tmp/torch_resnet.txt 2>&1
   tail -5 /tmp/torch_resnet.txt
+fi
+if [ -n "${RESNET_ND:-}" ]; then
+  timeout 120 $E --nondeterministic --workloads resnet --batches 128 \
+    --json "$out/ember_resnet_nd.json" >/tmp/ember_resnet_nd.txt 2>&1
+  tail -5 /tmp/ember_resnet_nd.txt
 fi
 if [ -n "${KERNELS:-}" ]; then
   timeout 120 ncu --clock-control none --cache-control none --launch-skip 400 --launch-count 40 \
