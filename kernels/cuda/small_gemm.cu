@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "core/error.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
@@ -39,14 +42,24 @@ void with_constant(int64_t v, F&& f) {
 
 bool aligned16(const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; }
 
-// The float4 SmallK kernel applies: B's rows and D's rows contiguous and 16-byte aligned.
+// The kernels that move four elements at a time take float32 and the 16-bit floats (not
+// float64); a quad of T is aligned to 4 * sizeof(T) bytes.
+template <class T>
+constexpr bool kQuads =
+    std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <class T>
+bool quad_aligned(const void* q) {
+  return reinterpret_cast<uintptr_t>(q) % (4 * sizeof(T)) == 0;
+}
+
+// The vector SmallK kernel applies: B's rows and D's rows contiguous and quad-aligned.
 template <class T>
 bool vec4_fits(const dev::SmallGemmArgs<T>& p) {
-  if constexpr (!std::is_same_v<T, float>) {
+  if constexpr (!kQuads<T>) {
     return false;
   } else {
     return p.n % 4 == 0 && (p.b_cs == 1 || p.n == 1) && p.b_rs % 4 == 0 && p.ld_d % 4 == 0 &&
-           aligned16(p.b) && aligned16(p.d);
+           quad_aligned<T>(p.b) && quad_aligned<T>(p.d);
   }
 }
 
@@ -148,25 +161,26 @@ ThinPlan thin_plan(int64_t m, int64_t n, int64_t k, size_t workspace) {
   return t;
 }
 
-void thin(const dev::SmallGemmArgs<float>& p, int device, cudaStream_t s) {
+template <class T>
+void thin(const dev::SmallGemmArgs<T>& p, int device, cudaStream_t s) {
   const Workspace ws = cublas_workspace(device);
   const ThinPlan t = thin_plan(p.m, p.n, p.k, ws.size);
   auto* partial = static_cast<float*>(ws.ptr);
-  const bool vec = aligned16(p.b);  // the rule made N and B's row stride multiples of 4
+  const bool vec = quad_aligned<T>(p.b);  // the rule made N and B's row stride multiples of 4
   const dim3 grid(static_cast<unsigned>(t.slices),
                   static_cast<unsigned>(ceil_div(p.n / 4, dev::kThinQuads)));
   const dim3 block(dev::kThinQuads, dev::kThinLanes);
   with_constant<1, kThinGemmMaxM>(p.m, [&](auto mm) {
     constexpr int kM = decltype(mm)::value;
     if (vec) {
-      dev::thin_gemm_partial_kernel<kM, true><<<grid, block, 0, s>>>(p, t.slice, partial);
+      dev::thin_gemm_partial_kernel<T, kM, true><<<grid, block, 0, s>>>(p, t.slice, partial);
     } else {
-      dev::thin_gemm_partial_kernel<kM, false><<<grid, block, 0, s>>>(p, t.slice, partial);
+      dev::thin_gemm_partial_kernel<T, kM, false><<<grid, block, 0, s>>>(p, t.slice, partial);
     }
   });
   const int64_t warps = p.m * (p.n / 4);
-  dev::thin_gemm_finish_kernel<<<static_cast<unsigned>(ceil_div(warps, 8)), 256, 0, s>>>(
-      p, t.slices, partial);
+  dev::thin_gemm_finish_kernel<T>
+      <<<static_cast<unsigned>(ceil_div(warps, 8)), 256, 0, s>>>(p, t.slices, partial);
   check_launch("small_gemm (thin)");
 }
 
@@ -192,6 +206,8 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
       tiled(p, c.device, s);
       return;
     }
+  }
+  if constexpr (kQuads<T>) {
     if (kind == SmallGemmKind::Thin) {
       thin(p, c.device, s);
       return;
@@ -199,7 +215,7 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   }
   if (kind == SmallGemmKind::SmallK) {
     const bool vec = vec4_fits(p);
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kQuads<T>) {
       // Many rows: B's quads kept in registers across rows (small_k_gemm_rows_kernel).
       const int64_t row_blocks = ceil_div(p.m, dev::kSmallKRows);
       if (vec && p.m >= kSmallGemmRowsMinM && row_blocks <= 65535) {
@@ -207,7 +223,7 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
                         static_cast<unsigned>(row_blocks));
         with_constant<0, kSmallGemmMaxK>(p.k, [&](auto kk) {
           constexpr int kK = decltype(kk)::value;
-          dev::small_k_gemm_rows_kernel<kK><<<grid, dev::kSmallKRowsThreads, 0, s>>>(p);
+          dev::small_k_gemm_rows_kernel<T, kK><<<grid, dev::kSmallKRowsThreads, 0, s>>>(p);
         });
         check_launch("small_gemm (small-K, rows)");
         return;
@@ -218,12 +234,12 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
     const bool narrow = total < (int64_t{1} << 31);
     with_constant<0, kSmallGemmMaxK>(p.k, [&](auto kk) {
       constexpr int kK = decltype(kk)::value;
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (kQuads<T>) {
         if (vec) {
           if (narrow) {
-            dev::small_k_gemm_vec4_kernel<kK, uint32_t><<<blocks, kSmallKThreads, 0, s>>>(p);
+            dev::small_k_gemm_vec4_kernel<T, kK, uint32_t><<<blocks, kSmallKThreads, 0, s>>>(p);
           } else {
-            dev::small_k_gemm_vec4_kernel<kK, int64_t><<<blocks, kSmallKThreads, 0, s>>>(p);
+            dev::small_k_gemm_vec4_kernel<T, kK, int64_t><<<blocks, kSmallKThreads, 0, s>>>(p);
           }
           return;
         }
@@ -241,9 +257,9 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   // warps stride over the remaining rows.
   const unsigned blocks = grid_stride_blocks(p.m, dev::kSmallNWarps, c.device);
   bool vec = false;
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (kQuads<T>) {
     vec = p.k % 4 == 0 && (p.a_cs == 1 || p.k == 1) && p.b_rs == 1 && p.a_rs % 4 == 0 &&
-          p.b_cs % 4 == 0 && aligned16(p.a) && aligned16(p.b);
+          p.b_cs % 4 == 0 && quad_aligned<T>(p.a) && quad_aligned<T>(p.b);
   }
   // Many rows: kSmallNRows rows per warp share B's loads (small_n_gemm_rows_kernel).
   const bool rows = vec && p.m >= kSmallGemmRowsMinM;
@@ -251,13 +267,13 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
       grid_stride_blocks(ceil_div(p.m, dev::kSmallNRows), dev::kSmallNWarps, c.device);
   with_constant<1, kSmallGemmMaxN>(p.n, [&](auto nn) {
     constexpr int kN = decltype(nn)::value;
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kQuads<T>) {
       if (rows) {
-        dev::small_n_gemm_rows_kernel<kN><<<row_blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
+        dev::small_n_gemm_rows_kernel<T, kN><<<row_blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
         return;
       }
       if (vec) {
-        dev::small_n_gemm_vec4_kernel<kN><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
+        dev::small_n_gemm_vec4_kernel<T, kN><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
         return;
       }
     }
@@ -273,8 +289,10 @@ void small_gemm(const GemmCall& c) {
   EMBER_CHECK(c.epilogue == GemmEpilogue::None || c.epilogue == GemmEpilogue::Bias ||
                   c.epilogue == GemmEpilogue::ReluBias,
               "small_gemm: epilogue ", epi, " is not supported (only DEFAULT, BIAS, RELU_BIAS)");
-  EMBER_CHECK(c.dtype == kFloat32 || c.dtype == kFloat64, "small_gemm ", epi,
-              ": float32 and float64 only, got ", dtype_name(c.dtype));
+  EMBER_CHECK(
+      c.dtype == kFloat32 || c.dtype == kFloat64 || c.dtype == kFloat16 || c.dtype == kBFloat16,
+      "small_gemm ", epi, ": float32, float64, float16 and bfloat16 only, got ",
+      dtype_name(c.dtype));
   EMBER_CHECK(c.a.rows >= 0 && c.a.cols >= 0 && c.b.cols >= 0 && c.a.cols == c.b.rows,
               "small_gemm ", epi, ": operands [", c.a.rows, ",", c.a.cols, "] x [", c.b.rows, ",",
               c.b.cols, "] do not multiply");
@@ -294,10 +312,19 @@ void small_gemm(const GemmCall& c) {
               ": null operand or output");
   EMBER_CHECK(c.epilogue == GemmEpilogue::None || c.bias, "small_gemm ", epi, ": needs a bias");
   DeviceGuard guard(c.device);
-  if (c.dtype == kFloat32) {
-    launch<float>(c, kind);
-  } else {
-    launch<double>(c, kind);
+  switch (c.dtype) {
+    case kFloat32:
+      launch<float>(c, kind);
+      return;
+    case kFloat64:
+      launch<double>(c, kind);
+      return;
+    case kFloat16:
+      launch<__half>(c, kind);
+      return;
+    default:
+      launch<__nv_bfloat16>(c, kind);
+      return;
   }
 }
 

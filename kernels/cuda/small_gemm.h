@@ -30,20 +30,36 @@ inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 1
 //  - Tiled: float32, M N K <= 2^25, M and N <= 2^20, each operand with a unit stride: tiles of
 //    D in shared memory, k split over a thread-block cluster when the tiles are too few
 //    (kernels/cuda/tile_gemm.cuh).
-// SmallK and SmallN take float32 and float64. SmallK wins when both apply, then SmallN. Cheap:
-// no allocation, no CUDA call.
+// SmallK and SmallN take float32 and float64, and float16 / bfloat16 where their rows move four
+// elements at a time (the layouts below; a 16-bit product read element by element loses to
+// cuBLASLt's tensor cores, bench/NOTES.md). SmallK wins when both apply, then SmallN. Cheap: no
+// allocation, no CUDA call.
 //  - Thin: float32 with M <= 16 where Tiled does not apply (more multiply-adds), B's rows
 //    contiguous (b.col_stride == 1) and N and B's row stride multiples of 4, M N <= 2^18: k cut
 //    into slices whose partial products a second kernel adds in a fixed order (such as the
 //    [10,B]x[B,512] weight gradient of a 10-class layer at batch 8192, where cuBLASLt's tiles
-//    are mostly padding).
+//    are mostly padding). Also float16 / bfloat16, the partial products in float32.
+// 16-bit layouts: SmallK with B's rows contiguous and N and B's row stride multiples of 4;
+// SmallN with A's rows and B's columns contiguous and K and both strides multiples of 4; Thin as
+// for float32.
 enum class SmallGemmKind : uint8_t { None, SmallK, SmallN, Tiled, Thin };
 inline constexpr int64_t kThinGemmMaxM = 16;
 inline constexpr int64_t kThinGemmMaxMN = int64_t{1} << 18;
 
 inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const GemmMatrix& b) {
-  if (dtype != kFloat32 && dtype != kFloat64) return SmallGemmKind::None;
   const int64_t M = a.rows, K = a.cols, N = b.cols;
+  if (dtype == kFloat16 || dtype == kBFloat16) {
+    if (K <= kSmallGemmMaxK && b.col_stride == 1 && N % 4 == 0 && b.row_stride % 4 == 0)
+      return SmallGemmKind::SmallK;
+    if (N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && K % 4 == 0 && a.col_stride == 1 &&
+        a.row_stride % 4 == 0 && b.row_stride == 1 && b.col_stride % 4 == 0)
+      return SmallGemmKind::SmallN;
+    if (M <= kThinGemmMaxM && M * N <= kThinGemmMaxMN && N % 4 == 0 && b.col_stride == 1 &&
+        (b.row_stride % 4 == 0 || K == 1))
+      return SmallGemmKind::Thin;
+    return SmallGemmKind::None;
+  }
+  if (dtype != kFloat32 && dtype != kFloat64) return SmallGemmKind::None;
   if (K <= kSmallGemmMaxK) return SmallGemmKind::SmallK;
   if (N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && (a.col_stride == 1 || K == 1))
     return SmallGemmKind::SmallN;

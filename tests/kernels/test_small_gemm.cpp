@@ -106,8 +106,24 @@ TEST_CASE("small_gemm_kind picks the kernel from shapes, strides and dtype", "[k
   CHECK(kc::small_gemm_kind(kFloat32, mat(64, 512, 1024, 2), row_major(512, 10)) == K::None);
   CHECK(kc::small_gemm_kind(kFloat32, row_major(64, 512), mat(512, 32, 64, 2)) == K::None);
   CHECK(kc::small_gemm_kind(kFloat32, mat(64, 512, 2048, 1), mat(512, 10, 3, 7000)) == K::SmallN);
+  // The 16-bit floats: the layouts whose rows move four elements at a time.
+  for (DType t : {kFloat16, kBFloat16}) {
+    INFO(dtype_name(t));
+    for (int64_t batch : {64, 8192}) {
+      CHECK(kc::small_gemm_kind(t, row_major(batch, 512), transposed(512, 10)) == K::SmallN);
+      CHECK(kc::small_gemm_kind(t, row_major(batch, 10), row_major(10, 512)) == K::SmallK);
+      CHECK(kc::small_gemm_kind(t, transposed(10, batch), row_major(batch, 512)) == K::Thin);
+      CHECK(kc::small_gemm_kind(t, row_major(batch, 784), transposed(784, 512)) == K::None);
+    }
+    CHECK(kc::small_gemm_kind(t, row_major(64, 510), transposed(510, 10)) == K::None);  // K % 4
+    CHECK(kc::small_gemm_kind(t, row_major(64, 512), row_major(512, 10)) == K::None);   // B's rows
+    CHECK(kc::small_gemm_kind(t, row_major(64, 10), row_major(10, 510)) == K::None);    // N % 4
+    CHECK(kc::small_gemm_kind(t, row_major(64, 10), transposed(10, 512)) == K::None);   // B^T
+    CHECK(kc::small_gemm_kind(t, transposed(17, 8192), row_major(8192, 512)) == K::None);
+    CHECK(kc::small_gemm_kind(t, row_major(5, 17), row_major(17, 17)) == K::None);  // no Tiled
+  }
   // Other dtypes.
-  for (DType t : {kFloat16, kBFloat16, kInt32, kInt64}) {
+  for (DType t : {kInt32, kInt64}) {
     INFO(dtype_name(t));
     CHECK(kc::small_gemm_kind(t, row_major(64, 512), transposed(512, 10)) == K::None);
     CHECK(kc::small_gemm_kind(t, row_major(64, 10), row_major(10, 512)) == K::None);
@@ -134,8 +150,8 @@ TEST_CASE("small_gemm rejects bad calls before queuing anything", "[kernels]") {
     CHECK_THROWS_AS(kc::small_gemm(c), Error);
   }
   c.epilogue = kc::GemmEpilogue::None;
-  c.dtype = kFloat16;
-  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("float16"));
+  c.dtype = kInt32;
+  CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("int32"));
   c.dtype = kFloat32;
   c.b = transposed(511, 10);  // K mismatch
   CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("[64,512]") && Catch::Contains("[511,10]"));
@@ -199,9 +215,18 @@ std::vector<double> host(const Tensor& t) {
 // Rounds values to the dtype (the reference multiplies what the GPU operands hold).
 std::vector<double> rounded(const std::vector<double>& v, DType t) {
   if (t == kFloat64) return v;
+  if (t != kFloat32) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return from_vector(v, {n}, TensorOptions(t)).to(kFloat64).to_vector<double>();
+  }
   std::vector<double> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<float>(v[i]);
   return r;
+}
+
+// The unit roundoff of the 16-bit floats (2^-11, 2^-8), 0 for the others.
+double unit_roundoff_16(DType t) {
+  return t == kFloat16 ? std::ldexp(1.0, -11) : t == kBFloat16 ? std::ldexp(1.0, -8) : 0.0;
 }
 
 // got = relu?(A B + bias) for row-major float64 A [M,K], B [K,N] (the values the operands hold)
@@ -215,9 +240,12 @@ void check_against_reference(const std::vector<double>& a, const std::vector<dou
   REQUIRE(got.dtype() == t);
   if (bias) REQUIRE(bias->size() == static_cast<size_t>(N));
   const std::vector<double> g = host(got);
+  // The 16-bit floats accumulate in float32 and round once at the end: one unit roundoff of the
+  // dtype on top of float32's bound.
   const double eps = t == kFloat64 ? std::numeric_limits<double>::epsilon()
                                    : std::numeric_limits<float>::epsilon();
-  const double rtol = t == kFloat64 ? 1e-12 : 1e-5;
+  const double u16 = unit_roundoff_16(t);
+  const double rtol = t == kFloat64 ? 1e-12 : 1e-5 + u16;
   int64_t bad = 0, worst_at = -1;
   double worst = -1, want_at = 0;
   std::vector<double> sum(N), mag(N);
@@ -242,7 +270,8 @@ void check_against_reference(const std::vector<double>& a, const std::vector<dou
         continue;
       }
       const double err = std::fabs(g[i * N + j] - s);
-      const double tol = rtol * std::fabs(s) + static_cast<double>(K) * eps * mag[j] + 1e-300;
+      const double tol =
+          rtol * std::fabs(s) + (1 + u16) * static_cast<double>(K) * eps * mag[j] + 1e-300;
       const double ratio = std::isnan(err) ? INFINITY : err / tol;
       if (!(err <= tol)) ++bad;
       if (ratio > worst) worst = ratio, worst_at = i * N + j, want_at = s;
@@ -290,8 +319,10 @@ int64_t bit_mismatches(const Tensor& got, const Tensor& want, int64_t* first) {
 void check_bits(const Tensor& got, const Tensor& want, const std::string& what) {
   INFO(what);
   int64_t first = -1;
-  const int64_t n = got.dtype() == kFloat64 ? bit_mismatches<double>(got, want, &first)
-                                            : bit_mismatches<float>(got, want, &first);
+  // 16-bit values compare as the float32 values they widen to (exactly, one to one).
+  const bool wide = got.dtype() == kFloat64;
+  const int64_t n = wide ? bit_mismatches<double>(got, want, &first)
+                         : bit_mismatches<float>(got.to(kFloat32), want.to(kFloat32), &first);
   if (n > 0) {
     const std::vector<double> g = host(got), w = host(want);
     FAIL_CHECK(n << " of " << g.size() << " elements differ; first at " << first << ": " << g[first]
@@ -524,6 +555,69 @@ TEST_CASE("small GEMMs: rows give the same bits whatever the batch (kernel chose
     check_bits(mm(h, w2.t()).narrow(0, m - 3, 3), mm(tail_h, w2.t()), "small-N, last rows");
     const Tensor tail_do = d_o.narrow(0, m - 3, 3).contiguous();
     check_bits(mm(d_o, w2).narrow(0, m - 3, 3), mm(tail_do, w2), "small-K, last rows");
+  }
+}
+
+TEST_CASE("16-bit small GEMMs match a float64 product, round once, and repeat their bits",
+          "[kernels][cuda]") {
+  // float16 / bfloat16 products on the small kernels (float32 sums, one rounding at the end):
+  // against the float64 product of the values the operands hold, the bias added before the
+  // rounding; eager mm gives the very bits of a direct call; the many-rows kernels (from 4096
+  // rows) give each row the bits of a short product.
+  EMBER_REQUIRE_CUDA();
+  manual_seed(78);
+  int ran = 0;
+  for (DType t : {kFloat16, kBFloat16})
+    for (const Mkn& s : kShapes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const std::vector<double> va = rounded(random_values(s.m * s.k, -1, 1), t);
+          const std::vector<double> vb = rounded(random_values(s.k * s.n, -1, 1), t);
+          const Tensor a = operand(va, s.m, s.k, t, ta ? Layout::Transposed : Layout::Rows);
+          const Tensor b = operand(vb, s.k, s.n, t, tb ? Layout::Transposed : Layout::Rows);
+          const kc::GemmMatrix ma = matrix_of(a), mb = matrix_of(b);
+          const kc::SmallGemmKind kind = kc::small_gemm_kind(t, ma, mb);
+          if (kind == kc::SmallGemmKind::None) continue;
+          const std::string what = std::string(dtype_name(t)) + " " + shape_name(s) +
+                                   (ta ? " A^T" : "") + (tb ? " B^T" : "") + " " +
+                                   kc::small_gemm_name(kind);
+          const Tensor got = mm(a, b);
+          check_against_reference(va, vb, s.m, s.k, s.n, t, got, what);
+          check_bits(mm(a, b), got, what + " (repeated)");
+          const std::vector<double> vbias = rounded(random_values(s.n, -0.5, 0.5), t);
+          const Tensor bias = from_vector(vbias, {s.n}, TensorOptions(t).device(kDev));
+          for (kc::GemmEpilogue e :
+               {kc::GemmEpilogue::None, kc::GemmEpilogue::Bias, kc::GemmEpilogue::ReluBias}) {
+            Tensor d = full({s.m, s.n}, std::nan(""), TensorOptions(t).device(kDev));
+            kc::GemmCall c;
+            c.dtype = t;
+            c.a = ma;
+            c.b = mb;
+            c.d = d.raw_data();
+            c.epilogue = e;
+            c.bias = e == kc::GemmEpilogue::None ? nullptr : bias.raw_data();
+            kc::small_gemm(c);
+            const std::string w = what + " " + kc::gemm_epilogue_name(e);
+            if (e == kc::GemmEpilogue::None) {
+              check_bits(d, got, w + " (direct = eager)");
+            } else {
+              check_against_reference(va, vb, s.m, s.k, s.n, t, d, w, &vbias,
+                                      e == kc::GemmEpilogue::ReluBias);
+            }
+            ++ran;
+          }
+        }
+  CHECK(ran > 100);
+  // Rows of a long product against the same rows alone (the rows kernels from 4096 rows).
+  for (DType t : {kFloat16, kBFloat16}) {
+    const TensorOptions o = TensorOptions(t).device(kDev);
+    const Tensor w2 = randn({10, 512}, o);
+    const Tensor d_o = randn({8195, 10}, o), h = randn({8195, 512}, o);
+    INFO(dtype_name(t));
+    check_bits(mm(d_o, w2).narrow(0, 0, 1000), mm(d_o.narrow(0, 0, 1000).contiguous(), w2),
+               "small-K rows");
+    check_bits(mm(h, w2.t()).narrow(0, 8192, 3), mm(h.narrow(0, 8192, 3).contiguous(), w2.t()),
+               "small-N rows, last rows");
   }
 }
 
