@@ -26,6 +26,8 @@ constexpr int kSmallKThreads = 256;
 // warp (same bits, fewer loads of B): below it the extra rows leave the GPU under-filled
 // (bench/NOTES.md, "Figures moved out of code comments").
 constexpr int64_t kSmallGemmRowsMinM = 4096;
+static_assert(kSmallGemmRowsMinM >= kSmallGemm16MaxM,
+              "16-bit products never take the rows kernels");
 
 // Calls f(std::integral_constant<int, v>) for a runtime v in [kLo, kHi]: the kernels take K or
 // N as a template constant.
@@ -215,7 +217,7 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
   }
   if (kind == SmallGemmKind::SmallK) {
     const bool vec = vec4_fits(p);
-    if constexpr (kQuads<T>) {
+    if constexpr (std::is_same_v<T, float>) {
       // Many rows: B's quads kept in registers across rows (small_k_gemm_rows_kernel).
       const int64_t row_blocks = ceil_div(p.m, dev::kSmallKRows);
       if (vec && p.m >= kSmallGemmRowsMinM && row_blocks <= 65535) {
@@ -267,11 +269,13 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
       grid_stride_blocks(ceil_div(p.m, dev::kSmallNRows), dev::kSmallNWarps, c.device);
   with_constant<1, kSmallGemmMaxN>(p.n, [&](auto nn) {
     constexpr int kN = decltype(nn)::value;
-    if constexpr (kQuads<T>) {
+    if constexpr (std::is_same_v<T, float>) {
       if (rows) {
         dev::small_n_gemm_rows_kernel<T, kN><<<row_blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
         return;
       }
+    }
+    if constexpr (kQuads<T>) {
       if (vec) {
         dev::small_n_gemm_vec4_kernel<T, kN><<<blocks, 32 * dev::kSmallNWarps, 0, s>>>(p);
         return;

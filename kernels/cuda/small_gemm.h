@@ -40,19 +40,22 @@ inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 1
 //    [10,B]x[B,512] weight gradient of a 10-class layer at batch 8192, where cuBLASLt's tiles
 //    are mostly padding). Also float16 / bfloat16, the partial products in float32.
 // 16-bit layouts: SmallK with B's rows contiguous and N and B's row stride multiples of 4;
-// SmallN with A's rows and B's columns contiguous and K and both strides multiples of 4; Thin as
-// for float32.
+// SmallN with A's rows and B's columns contiguous and K and both strides multiples of 4 (both
+// with fewer than kSmallGemm16MaxM rows: at 8192 rows cuBLASLt's tensor-core tiles were faster
+// than the many-rows kernels, bench/NOTES.md); Thin as for float32.
 enum class SmallGemmKind : uint8_t { None, SmallK, SmallN, Tiled, Thin };
 inline constexpr int64_t kThinGemmMaxM = 16;
 inline constexpr int64_t kThinGemmMaxMN = int64_t{1} << 18;
+inline constexpr int64_t kSmallGemm16MaxM = 4096;
 
 inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const GemmMatrix& b) {
   const int64_t M = a.rows, K = a.cols, N = b.cols;
   if (dtype == kFloat16 || dtype == kBFloat16) {
-    if (K <= kSmallGemmMaxK && b.col_stride == 1 && N % 4 == 0 && b.row_stride % 4 == 0)
+    if (M < kSmallGemm16MaxM && K <= kSmallGemmMaxK && b.col_stride == 1 && N % 4 == 0 &&
+        b.row_stride % 4 == 0)
       return SmallGemmKind::SmallK;
-    if (N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && K % 4 == 0 && a.col_stride == 1 &&
-        a.row_stride % 4 == 0 && b.row_stride == 1 && b.col_stride % 4 == 0)
+    if (M < kSmallGemm16MaxM && N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && K % 4 == 0 &&
+        a.col_stride == 1 && a.row_stride % 4 == 0 && b.row_stride == 1 && b.col_stride % 4 == 0)
       return SmallGemmKind::SmallN;
     if (M <= kThinGemmMaxM && M * N <= kThinGemmMaxMN && N % 4 == 0 && b.col_stride == 1 &&
         (b.row_stride % 4 == 0 || K == 1))
