@@ -72,9 +72,9 @@ void set_pointwise_kernel_failure_for_testing(bool fail);
 // result) as one kernel generated with NVRTC (jit/lower_reduction_cuda.cpp,
 // jit/reduction_codegen.h): the members computed in registers at the elements each thread
 // folds, the members' results the group returns written by the same kernel, long reductions
-// split over blocks and finished in the same launch in a fixed order (deterministic; column sums
-// equal eager's bit for bit, float row sums round differently, integer sums and amax/amin are
-// exact). Storage: None when reduction_codegen_supports() holds, nullopt otherwise (and in
+// split over blocks and finished in the same launch in a fixed order: eager's cut and order, so
+// the result equals the eager reduction of the members' output bit for bit, kernels/cuda/
+// fused_reduce.cuh). Storage: None when reduction_codegen_supports() holds, nullopt otherwise (and in
 // CPU-only builds).
 std::optional<GroupStorage> reduction_lowering_storage(const Graph& g, const Group& group);
 // Compiles (or fetches from the caches) and allocates the split scratch at construction; run()
@@ -91,14 +91,14 @@ ReductionLoweringStats reduction_lowering_stats();
 // For tests: while set, building a lowering fails as if NVRTC had refused the kernel.
 void set_reduction_kernel_failure_for_testing(bool fail);
 
-// ---- contractions and cross entropy on CUDA (jit/lower_gemm_cuda.cpp, lower_cross_entropy_cuda.cpp)
-// A GemmEpilogue group (a float32 2-D product, then any pointwise tail of its result, optionally
-// closed by one reduction) runs as one GEMM call folding a row bias [+ relu] into its epilogue
-// (cuBLASLt BIAS / RELU_BIAS, or the handwritten small-GEMM kernels), then one generated kernel
-// for the rest of the tail. Storage None: only what the GEMM writes is stored (an output, or
-// listed in Group::stored). A CrossEntropy pair runs as one fused forward+backward kernel
-// (storage Materialize, so a null lowering is always safe). Anything else, and every group in a
-// build without CUDA: nullopt / null.
+// ---- contractions and cross entropy on CUDA (jit/lower_gemm_cuda.cpp,
+// lower_cross_entropy_cuda.cpp) A GemmEpilogue group (a float32 2-D product, then any pointwise
+// tail of its result, optionally closed by one reduction) runs as one GEMM call folding a row bias
+// [+ relu] into its epilogue (cuBLASLt BIAS / RELU_BIAS, or the handwritten small-GEMM kernels),
+// then one generated kernel for the rest of the tail. Storage None: only what the GEMM writes is
+// stored (an output, or listed in Group::stored). A CrossEntropy pair runs as one fused
+// forward+backward kernel (storage Materialize, so a null lowering is always safe). Anything else,
+// and every group in a build without CUDA: nullopt / null.
 std::optional<GroupStorage> gemm_lowering_storage(const Graph& g, const Group& group);
 std::unique_ptr<LoweredGroup> lower_gemm_cuda(const LoweringContext& ctx);
 std::optional<GroupStorage> cross_entropy_lowering_storage(const Graph& g, const Group& group);
@@ -112,6 +112,26 @@ bool cross_entropy_group_fusable(const Graph& g, const Group& group, std::string
 // Whether a contraction group has a lowering; `stored` gets the internal value its GEMM writes.
 bool contraction_group_lowerable(const Graph& g, const Group& group, std::vector<ValueId>* stored,
                                  std::string* why = nullptr);
+
+// ---- compiling a step's generated kernels side by side ------------------------------------------
+// The source (and kernel-cache tag) of the kernel a group's generated-kernel lowering compiles:
+// the pointwise and reduction kernels, and a contraction's tail kernel. Empty where it compiles
+// none (and in builds without CUDA). The lowerings build their kernels from the same functions,
+// so these are exactly the sources they will ask for.
+struct GeneratedSource {
+  std::string source;
+  std::string tag;
+};
+std::optional<GeneratedSource> pointwise_generated_source(const Graph& g, const Group& group);
+std::optional<GeneratedSource> reduction_generated_source(const Graph& g, const Group& group);
+std::optional<Group> gemm_tail_group(const Graph& g, const Group& group);  // the tail, if any
+// Compiles the generated kernels of the CUDA lowerings of `groups` (indices into g.groups) with
+// NVRTC on up to one thread per hardware thread, keeping the binaries for the lowerings that
+// are built next, one by one (jit/steps.cpp); then drop_precompiled_kernels() lets go of any a
+// lowering did not ask for. The first step of a model with many fused groups compiles in about
+// the time of its slowest kernels instead of their sum. No-ops without CUDA.
+void precompile_cuda_lowerings(const Graph& g, const std::vector<int32_t>& groups);
+void drop_precompiled_kernels();
 
 // ---- what fusion asks -------------------------------------------------------------------------
 // Whether the lowering of the group's device runs `group` as fused (jit/lower_cuda.cpp): the

@@ -4,6 +4,12 @@
 #include "jit/pointwise_codegen.h"
 #include "jit/reduction_codegen.h"
 
+#if defined(EMBER_WITH_CUDA)
+#include "jit/disk_store.h"
+#include "jit/log.h"
+#include "kernels/cuda/nvrtc.h"
+#endif
+
 namespace ember::jit {
 namespace {
 
@@ -84,6 +90,58 @@ std::unique_ptr<LoweredGroup> lower_cuda_group(const LoweringContext& ctx) {
       return lower_reduction_cuda(ctx);
   }
   return nullptr;
+}
+
+namespace {
+
+std::optional<GeneratedSource> generated_source(const Graph& g, const Group& group) {
+  switch (group.kind) {
+    case GroupKind::Pointwise:
+      return pointwise_generated_source(g, group);
+    case GroupKind::Reduction:
+      return reduction_generated_source(g, group);
+    case GroupKind::GemmEpilogue:
+      if (std::optional<Group> tail = gemm_tail_group(g, group)) return generated_source(g, *tail);
+      return std::nullopt;
+    case GroupKind::CrossEntropy:
+      return std::nullopt;  // a handwritten kernel
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void precompile_cuda_lowerings(const Graph& g, const std::vector<int32_t>& groups) {
+#if defined(EMBER_WITH_CUDA)
+  namespace rtc = kernels::cuda::nvrtc;
+  std::vector<rtc::KernelSource> sources;
+  int dev = -1;
+  for (int32_t gi : groups) {
+    const Group& group = g.groups[static_cast<size_t>(gi)];
+    const Device d = group_device(g, group);
+    if (!d.is_cuda()) continue;
+    if (dev < 0) dev = d.index;
+    if (d.index != dev) continue;  // one device per executable; others compile as they come
+    try {
+      if (std::optional<GeneratedSource> s = generated_source(g, group))
+        sources.push_back({std::move(s->source), std::move(s->tag)});
+    } catch (const std::exception& e) {
+      // The lowering meets the same problem and decides what to do about it.
+      log(Log::perf, std::string("precompile: group skipped: ") + e.what());
+    }
+  }
+  if (dev < 0 || sources.size() < 2) return;
+  rtc::precompile(sources, dev, disk_store());
+#else
+  (void)g;
+  (void)groups;
+#endif
+}
+
+void drop_precompiled_kernels() {
+#if defined(EMBER_WITH_CUDA)
+  kernels::cuda::nvrtc::drop_precompiled();
+#endif
 }
 
 }  // namespace ember::jit

@@ -368,6 +368,14 @@ bool contraction_group_lowerable(const Graph& g, const Group& group, std::vector
   return true;
 }
 
+std::optional<Group> gemm_tail_group(const Graph& g, const Group& group) {
+  ContractionPlan p;
+  if (group.kind != GroupKind::GemmEpilogue || !plan_contraction(g, group, p, nullptr) ||
+      !p.has_tail())
+    return std::nullopt;
+  return p.tail;
+}
+
 void set_gemm_autotune(bool on) { g_gemm_autotune.store(on, std::memory_order_relaxed); }
 bool gemm_autotune() { return g_gemm_autotune.load(std::memory_order_relaxed); }
 

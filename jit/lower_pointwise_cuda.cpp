@@ -28,6 +28,8 @@ namespace rtc = kernels::cuda::nvrtc;
 
 constexpr int kThreads = 256;  // fused::kThreads (fused_pointwise.cuh)
 
+std::string cache_tag() { return "pointwise_v" + std::to_string(kPointwiseCodegenVersion); }
+
 unsigned grid_for(int64_t items, int sms) {
   // Enough blocks to fill every SM at full occupancy; the grid-stride loop covers the rest.
   const int64_t cap = static_cast<int64_t>(sms) * (2048 / kThreads);
@@ -42,8 +44,7 @@ class PointwiseLowering final : public LoweredGroup {
     EMBER_CHECK(!g_fail_for_testing.load(), "fused pointwise kernel: failure injected by a test");
     const Value& first = ctx.graph.values[ctx.graph.nodes[ctx.group.nodes.front()].out];
     dev_ = first.device.index;
-    std::string tag = "pointwise_v";
-    tag += std::to_string(kPointwiseCodegenVersion);
+    const std::string tag = cache_tag();
     if (log_enabled(Log::code))
       log(Log::code, "fused pointwise kernel: " + kernel_.summary + "\n" + kernel_.source);
     if (kernel_.numel == 0) return;  // nothing ever runs
@@ -144,6 +145,20 @@ std::optional<GroupStorage> pointwise_lowering_storage(const Graph& g, const Gro
   (void)group;
 #endif
   return std::nullopt;
+}
+
+std::optional<GeneratedSource> pointwise_generated_source(const Graph& g, const Group& group) {
+#if defined(EMBER_WITH_CUDA)
+  if (group.kind != GroupKind::Pointwise || !pointwise_codegen_supports(g, group))
+    return std::nullopt;
+  FusedPointwiseKernel k = generate_pointwise_kernel(g, group);
+  if (k.numel == 0) return std::nullopt;  // never launched, never compiled
+  return GeneratedSource{std::move(k.source), cache_tag()};
+#else
+  (void)g;
+  (void)group;
+  return std::nullopt;
+#endif
 }
 
 std::unique_ptr<LoweredGroup> lower_pointwise_cuda(const LoweringContext& ctx) {

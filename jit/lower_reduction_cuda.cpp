@@ -29,17 +29,22 @@ std::atomic<bool> g_fail_for_testing{false};
 #if defined(EMBER_WITH_CUDA)
 namespace rtc = kernels::cuda::nvrtc;
 
+std::string cache_tag() { return "reduction_v" + std::to_string(kReductionCodegenVersion); }
+
+// The device the group's reduction reads from.
+int reduction_device(const Graph& g, const Group& group) {
+  return g.values[g.nodes[group.nodes.back()].inputs[0]].device.index;
+}
+
 class ReductionLowering final : public LoweredGroup {
  public:
   explicit ReductionLowering(const LoweringContext& ctx) {
-    const Value& x = ctx.graph.values[ctx.graph.nodes[ctx.group.nodes.back()].inputs[0]];
-    dev_ = x.device.index;
+    dev_ = reduction_device(ctx.graph, ctx.group);
     kernel_ = generate_reduction_kernel(ctx.graph, ctx.group, rtc::sm_count(dev_));
     EMBER_CHECK(!g_fail_for_testing.load(), "fused reduction kernel: failure injected by a test");
     if (log_enabled(Log::code))
       log(Log::code, "fused reduction kernel: " + kernel_.summary + "\n" + kernel_.source);
-    std::string tag = "reduction_v";
-    tag += std::to_string(kReductionCodegenVersion);
+    const std::string tag = cache_tag();
     const char* names[1] = {FusedReductionKernel::kKernel};
     const rtc::Module m = rtc::get_module(
         kernel_.source, tag, std::span<const char* const>(names, 1), dev_, disk_store());
@@ -127,6 +132,20 @@ std::optional<GroupStorage> reduction_lowering_storage(const Graph& g, const Gro
   (void)group;
 #endif
   return std::nullopt;
+}
+
+std::optional<GeneratedSource> reduction_generated_source(const Graph& g, const Group& group) {
+#if defined(EMBER_WITH_CUDA)
+  if (group.kind != GroupKind::Reduction || !reduction_codegen_supports(g, group))
+    return std::nullopt;
+  FusedReductionKernel k =
+      generate_reduction_kernel(g, group, rtc::sm_count(reduction_device(g, group)));
+  return GeneratedSource{std::move(k.source), cache_tag()};
+#else
+  (void)g;
+  (void)group;
+  return std::nullopt;
+#endif
 }
 
 std::unique_ptr<LoweredGroup> lower_reduction_cuda(const LoweringContext& ctx) {

@@ -8,12 +8,12 @@
 // itself for integer amax/amin). Intermediates never touch memory.
 //
 // The driver is kernels/cuda/fused_reduce.cuh, which documents the (fixed, run-to-run
-// deterministic) order of combination: per-lane sequential folds, a halving tree per block and,
-// for long reductions split over several blocks, per-block partials combined by the last block
-// to finish (an atomic ticket), in the same launch. Column sums (a kept dim innermost, e.g. bias
-// gradients) follow the eager columns kernel's order exactly and equal eager bit for bit; row
-// sums associate differently from eager's vectorized rows kernel, so float row sums differ from
-// eager's in rounding only. Integer sums and amax/amin are exact either way.
+// deterministic) order of combination: per-lane sequential folds, a combine per block and, for
+// long reductions split over several blocks, per-block partials combined by the last block to
+// finish (an atomic ticket), in the same launch. The cut comes from the eager planner
+// (kernels/reduce_grid.h) and each step follows the eager kernels' order, so column and row
+// sums equal eager's bit for bit (for contiguous rows when walked in row-major order, which the
+// codegen checks: vec_). Integer sums and amax/amin are exact either way.
 //
 // Host-only: generating (and inspecting) the source needs no GPU and no CUDA toolkit.
 #include <cstdint>

@@ -21,10 +21,18 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
   g_ = &g;
   const std::vector<std::shared_ptr<TensorImpl>>& slots = bind.slots;
   lowered_.resize(g.groups.size());
-  if (cuda)
+  if (cuda) {
+    std::vector<int32_t> lowerable;
     for (size_t i = 0; i < g.groups.size(); ++i)
       if (storage[i] != GroupStorage::Materialize || cuda_lowering_storage(g, g.groups[i]))
-        lowered_[i] = lower_cuda_group({g, g.groups[i], slots, plan});
+        lowerable.push_back(static_cast<int32_t>(i));
+    // Their generated kernels compiled side by side first; each lowering then loads its own.
+    struct Drop {
+      ~Drop() { drop_precompiled_kernels(); }
+    } drop;
+    precompile_cuda_lowerings(g, lowerable);
+    for (int32_t i : lowerable) lowered_[i] = lower_cuda_group({g, g.groups[i], slots, plan});
+  }
   // The step that runs each node: a group's members run in the step pushed at its last member.
   node_step_.assign(g.nodes.size(), -1);
   auto covered = [&](size_t ni, bool whole_group) {

@@ -4,9 +4,13 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -96,6 +100,30 @@ std::mutex& modules_mutex() {
 std::unordered_map<std::string, Loaded>& modules() {
   static auto* m = new std::unordered_map<std::string, Loaded>();
   return *m;
+}
+
+// Binaries precompile() made, by cache key, until fetch_or_compile takes them.
+struct Ahead {
+  std::string source;  // compared on a hit, as for loaded modules
+  Binary binary;
+};
+std::mutex& ahead_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<std::string, Ahead>& ahead() {
+  static auto* m = new std::unordered_map<std::string, Ahead>();
+  return *m;
+}
+std::atomic<int64_t> g_ahead_compiled{0}, g_ahead_taken{0}, g_ahead_dropped{0};
+std::optional<Binary> take_ahead(const std::string& key, std::string_view source) {
+  std::lock_guard<std::mutex> lock(ahead_mutex());
+  auto it = ahead().find(key);
+  if (it == ahead().end() || it->second.source != source) return std::nullopt;
+  Binary b = std::move(it->second.binary);
+  ahead().erase(it);
+  ++g_ahead_taken;
+  return b;
 }
 
 cudaError_t load_library(cudaLibrary_t* lib, const Binary& b) {
@@ -204,6 +232,10 @@ const char* origin_name(Origin o) {
 Binary fetch_or_compile(std::string_view source, int arch, std::string_view tag, BinaryStore* store,
                         Origin* origin) {
   const std::string key = cache_key(source, arch, tag);
+  if (std::optional<Binary> b = take_ahead(key, source)) {  // compiled by precompile()
+    if (origin) *origin = Origin::Compiled;
+    return std::move(*b);
+  }
   if (store) {
     if (std::optional<std::string> bytes = store->load(key)) {
       if (origin) *origin = Origin::Store;
@@ -214,6 +246,93 @@ Binary fetch_or_compile(std::string_view source, int arch, std::string_view tag,
   if (store) store->store(key, b.bytes);
   if (origin) *origin = Origin::Compiled;
   return b;
+}
+
+unsigned default_compile_threads() {
+  static const unsigned n = [] {
+    if (const char* env = std::getenv("EMBER_COMPILE_THREADS")) {
+      char* end = nullptr;
+      const long v = std::strtol(env, &end, 10);
+      EMBER_CHECK(end != env && *end == '\0' && v >= 1 && v <= 1024,
+                  "EMBER_COMPILE_THREADS: expected a count of threads from 1 to 1024, got \"", env,
+                  "\"");
+      return static_cast<unsigned>(v);
+    }
+    return std::max(1u, std::thread::hardware_concurrency());
+  }();
+  return n;
+}
+
+void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* store,
+                unsigned threads) {
+  const int arch = device_arch(dev);
+  struct Job {
+    const KernelSource* src;
+    std::string key;
+    Binary binary;
+    bool ok = false;
+  };
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(modules_mutex());
+    std::lock_guard<std::mutex> lock_ahead(ahead_mutex());
+    for (const KernelSource& s : sources) {
+      std::string key = cache_key(s.source, arch, s.tag);
+      if (modules().count(key) || ahead().count(key)) continue;
+      if (std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.key == key; }))
+        continue;
+      jobs.push_back({&s, std::move(key), {}, false});
+    }
+  }
+  // What the store holds is loaded from it by get_module, as without precompile().
+  if (store)
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(),
+                              [&](const Job& j) { return store->load(j.key).has_value(); }),
+               jobs.end());
+  if (threads == 0) threads = default_compile_threads();
+  threads = static_cast<unsigned>(std::min<size_t>(threads, jobs.size()));
+  // One thread gains nothing over compiling in get_module.
+  if (threads < 2) return;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      Job& j = jobs[i];
+      try {
+        j.binary = compile(j.src->source, arch, j.src->tag + ".cu");
+        j.ok = true;
+      } catch (const std::exception&) {
+        // Left to get_module, which compiles it again and reports the error where it belongs.
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads to be had: the ones running (and this one) do the rest
+    }
+  }
+  work();
+  for (std::thread& t : pool) t.join();
+  for (Job& j : jobs) {
+    if (!j.ok) continue;
+    if (store) store->store(j.key, j.binary.bytes);
+    std::lock_guard<std::mutex> lock(ahead_mutex());
+    ahead().insert_or_assign(j.key, Ahead{j.src->source, std::move(j.binary)});
+    ++g_ahead_compiled;
+  }
+}
+
+void drop_precompiled() {
+  std::lock_guard<std::mutex> lock(ahead_mutex());
+  g_ahead_dropped += static_cast<int64_t>(ahead().size());
+  ahead().clear();
+}
+
+PrecompileStats precompile_stats() {
+  return {g_ahead_compiled.load(), g_ahead_taken.load(), g_ahead_dropped.load()};
 }
 
 Module get_module(std::string_view source, std::string_view tag,

@@ -61,6 +61,33 @@ const char* origin_name(Origin o);  // "memory", "disk", "nvrtc"
 Binary fetch_or_compile(std::string_view source, int arch, std::string_view tag, BinaryStore* store,
                         Origin* origin = nullptr);
 
+// A generated source and its cache tag (the generator and its version), as get_module takes them.
+struct KernelSource {
+  std::string source;
+  std::string tag;
+};
+// Threads precompile() uses when not told: EMBER_COMPILE_THREADS (1 compiles each kernel in its
+// get_module call, as without precompile), else one per hardware thread. A malformed value is an
+// ember::Error naming it.
+unsigned default_compile_threads();
+// Compiles, on up to `threads` threads at once (0: default_compile_threads()), the sources for
+// `dev` that are neither loaded in this process nor in `store`, and keeps the binaries (and puts
+// them in `store`) for the get_module calls that follow: a compiled step's generated kernels are
+// compiled side by side instead of one by one as its lowerings are built. A source that does not
+// compile is skipped here (its get_module call reports the error). Needs no GPU beyond asking
+// `dev`'s architecture.
+void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* store,
+                unsigned threads = 0);
+// Drops what precompile() kept and no get_module call took (a lowering that generated another
+// source after all).
+void drop_precompiled();
+// Process-wide counts, for logs and tests: binaries precompile() compiled, those a
+// get_module / fetch_or_compile call then took, those drop_precompiled() discarded.
+struct PrecompileStats {
+  int64_t compiled = 0, taken = 0, dropped = 0;
+};
+PrecompileStats precompile_stats();
+
 // Kernels of a loaded module, as opaque handles (cudaKernel_t) for launch().
 struct Module {
   std::string key;
