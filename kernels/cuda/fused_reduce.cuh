@@ -40,7 +40,7 @@ __device__ __forceinline__ State load_partial(const State* p) {
   return *static_cast<const volatile State*>(p);
 }
 
-// Folds positions r = first, first + stride, ... below end, in increasing r.
+// Folds positions r = first, first + kLanes, ... below end, in increasing r.
 template <int kLanes, class Index, class Op, class Elem>
 __device__ __forceinline__ void fold_strided(const Op& op, typename Op::State& s, const Elem& elem,
                                              Index o, Index first, Index end) {
