@@ -56,6 +56,7 @@ struct RunOptions {
   int threads = 0;  // 0: the intra-op pool's default (EMBER_NUM_THREADS or every core)
   std::string optimizer = "sgd";
   std::string amp = "none";
+  bool ddp = false;
 };
 
 struct ProbeOptions {
@@ -114,8 +115,11 @@ std::string command_line(int argc, char** argv) {
 // The progress line on stderr: rewritten in place on a terminal, one line per update elsewhere.
 class Progress {
  public:
-  explicit Progress(size_t total) : total_(total), tty_(::isatty(STDERR_FILENO) == 1) {}
+  // `quiet`: nothing at all (the ranks of a data-parallel run but rank 0).
+  explicit Progress(size_t total, bool quiet = false)
+      : total_(total), tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet) {}
   void show(size_t index, const std::string& what, const std::string& phase) {
+    if (quiet_) return;
     std::ostringstream os;
     os << "[" << index << "/" << total_ << "] " << what << " ... " << phase;
     if (tty_)
@@ -125,16 +129,37 @@ class Progress {
     std::fflush(stderr);
   }
   void note(const std::string& line) {  // a warning that must stay on screen
+    if (quiet_) return;
     std::fprintf(stderr, "%s%s\n", tty_ ? "\r\x1b[K" : "", line.c_str());
   }
   void done() {
-    if (tty_) std::fprintf(stderr, "\r\x1b[K");
+    if (tty_ && !quiet_) std::fprintf(stderr, "\r\x1b[K");
   }
 
  private:
   size_t total_;
   bool tty_;
+  bool quiet_;
 };
+
+// --ddp: the process group of the ranks a launcher (ember-run, torchrun) started, NCCL on the
+// GPU of LOCAL_RANK or Gloo on the CPU; returns the device this rank trains on.
+Device join_data_parallel(const std::string& device) {
+  EMBER_CHECK(std::getenv("WORLD_SIZE") && std::getenv("RANK"),
+              "ember_bench --ddp: RANK and WORLD_SIZE are not set; start it under a launcher, "
+              "e.g. `ember-run --nproc-per-node 2 ember_bench run --ddp ...`");
+  Device dev = pick_device(device);
+  if (dev.is_cuda()) {
+    const char* local = std::getenv("LOCAL_RANK");
+    const int index = local ? std::atoi(local) : 0;
+    EMBER_CHECK(index >= 0 && index < cuda::device_count(), "ember_bench --ddp: LOCAL_RANK ", index,
+                " has no GPU (", cuda::device_count(), " present)");
+    dev = Device::cuda(index);  // the NCCL group takes the same GPU (LOCAL_RANK's)
+  }
+  distributed::init_process_group(
+      {.backend = dev.is_cuda() ? distributed::Backend::Nccl : distributed::Backend::Gloo});
+  return dev;
+}
 
 // The floor of one step at `batch`; a dynamic row's is the mean over its schedule, the batches
 // its timed steps cycle through (bench/check_bench_json.py and torch_mlp.py do the same).
@@ -180,7 +205,14 @@ std::vector<std::string> workload_names() {
 }
 
 int cmd_run(RunOptions o, const std::string& command) {
-  const Device dev = pick_device(o.device);
+  const Device dev = o.ddp ? join_data_parallel(o.device) : pick_device(o.device);
+  const int world = o.ddp ? distributed::get_world_size() : 1;
+  const bool lead = !o.ddp || distributed::get_rank() == 0;  // the rank that reports
+  if (o.ddp) {
+    // The child processes of those figures would not be ranks of the group.
+    o.no_first_step = true;
+    o.no_kernel_count = true;
+  }
   // The CPU is ~100x slower per step: smaller sweeps keep a default run to minutes there.
   const bool gpu = dev.is_cuda();
   if (o.batches.empty())
@@ -217,10 +249,12 @@ int cmd_run(RunOptions o, const std::string& command) {
   s.loss_steps = o.loss_steps;
   s.seed = o.seed;
   s.tf32 = o.tf32;
+  s.ddp = o.ddp;
   bool count_kernels = gpu && !o.no_kernel_count && KernelCounter::available();
 
-  std::fprintf(stderr, "ember_bench %s on %s (%s): measuring the device's peak ...\n",
-               EMBER_VERSION_STRING, dev.str().c_str(), device_name(dev).c_str());
+  if (lead)
+    std::fprintf(stderr, "ember_bench %s on %s (%s): measuring the device's peak ...\n",
+                 EMBER_VERSION_STRING, dev.str().c_str(), device_name(dev).c_str());
   const Peak peak = measure_peak(dev);
 
   json doc = {{"schema_version", 1},
@@ -247,6 +281,7 @@ int cmd_run(RunOptions o, const std::string& command) {
               {"workloads", json::object()},
               {"results", json::array()}};
   for (const Workload* w : workloads) doc["workloads"][w->name] = describe(*w);
+  if (o.ddp) doc["config"]["world_size"] = world;
 
   // Eager losses after N steps, by (workload, schedule): the reference of every mode's loss.
   std::map<std::pair<std::string, std::vector<int64_t>>, std::optional<float>> eager_loss;
@@ -264,7 +299,7 @@ int cmd_run(RunOptions o, const std::string& command) {
   };
 
   const size_t total = workloads.size() * o.batches.size() * o.modes.size();
-  Progress progress(total);
+  Progress progress(total, !lead);
   size_t index = 0;
   for (const Workload* wp : workloads) {
     const Workload& w = *wp;
@@ -314,6 +349,12 @@ int cmd_run(RunOptions o, const std::string& command) {
               ref && *ref != 0 ? json(std::fabs(static_cast<double>(loss) - *ref) / std::fabs(*ref))
                                : json(nullptr);
           row["recompiles"] = is_compiled(mode) ? json(t.recompiles) : json(nullptr);
+          if (o.ddp) {
+            row["samples_per_s"] = static_cast<double>(world * batch) * 1e6 / t.us_median;
+            row["ranks_identical"] = t.ranks_identical.value_or(false);
+            if (!t.ranks_identical.value_or(false))
+              progress.note("error: " + what + ": the ranks' parameters differ after the run");
+          }
           if (mode == "dynamic") row["batches"] = schedule;
           row["floor"] = floor_json(w, batch, mode == "dynamic", peak, t.us_median);
           if (mode == "dynamic" && t.recompiles != 0)
@@ -332,6 +373,10 @@ int cmd_run(RunOptions o, const std::string& command) {
     }
   }
   progress.done();
+  if (!lead) {
+    distributed::destroy_process_group();
+    return 0;
+  }
 
   if (!o.json_path.empty()) {
     std::ofstream f(o.json_path);
@@ -341,6 +386,18 @@ int cmd_run(RunOptions o, const std::string& command) {
     std::fprintf(stderr, "wrote %s\n", o.json_path.c_str());
   }
   std::cout << format_table(doc) << std::flush;
+  if (o.ddp) {
+    // The table is per rank's step; across the ranks, per second:
+    for (const json& r : doc["results"])
+      if (r["status"] == "ok")
+        std::cout << "ddp " << r["workload"].get<std::string>() << " batch " << r["batch"]
+                  << " per rank x " << world << " ranks, " << r["mode"].get<std::string>() << ": "
+                  << r["samples_per_s"].get<double>() / 1e6 << " M samples/s, parameters "
+                  << (r["ranks_identical"].get<bool>() ? "identical" : "DIFFERENT")
+                  << " across ranks\n";
+    std::cout << std::flush;
+    distributed::destroy_process_group();
+  }
   return 0;
 }
 
@@ -403,8 +460,9 @@ int main(int argc, char** argv) {
   run->add_flag("--tf32", ro.tf32, "allow TF32 in float32 GEMMs on the GPU");
   run->add_flag("--nondeterministic", ro.nondeterministic,
                 "allow convolution algorithms that sum in a varying order (PyTorch's default)");
-  run->add_option("--optimizer", ro.optimizer,
-                  "sgd (each workload's own) or adamw (AdamW, PyTorch's defaults) for every workload")
+  run->add_option(
+         "--optimizer", ro.optimizer,
+         "sgd (each workload's own) or adamw (AdamW, PyTorch's defaults) for every workload")
       ->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
   run->add_option("--amp", ro.amp,
@@ -415,6 +473,10 @@ int main(int argc, char** argv) {
   run->add_flag("--no-first-step", ro.no_first_step,
                 "skip the first-step figures (each takes two new processes)");
   run->add_flag("--no-kernel-count", ro.no_kernel_count, "skip counting GPU kernels with CUPTI");
+  run->add_flag("--ddp", ro.ddp,
+                "data-parallel over the ranks a launcher started (ember-run --nproc-per-node N): "
+                "NCCL on the GPU of LOCAL_RANK, or Gloo on the CPU; the batch is per rank, rank "
+                "0 reports (no first-step or kernel-count figures)");
   run->add_option("--threads", ro.threads,
                   "CPU intra-op threads (default EMBER_NUM_THREADS, else every core)")
       ->check(CLI::PositiveNumber);

@@ -73,7 +73,10 @@ struct State {
   bool amp = false;
   DType amp_dtype = kBFloat16;
   std::unique_ptr<optim::GradScaler> scaler;  // fp16 only
-  State(const Workload& w, Device d)
+  // Data-parallel: averages the gradients over the ranks in every backward (and made every
+  // rank's parameters rank 0's).
+  std::unique_ptr<nn::parallel::DistributedDataParallel> ddp;
+  State(const Workload& w, Device d, bool data_parallel)
       : model(on_device(build_model(w), d)),
         opt(make_optimizer(w, model->parameters())),
         dev(d),
@@ -82,6 +85,7 @@ struct State {
     amp = w.amp != "none";
     amp_dtype = w.amp == "fp16" ? kFloat16 : kBFloat16;
     if (w.amp == "fp16") scaler = std::make_unique<optim::GradScaler>(dev);
+    if (data_parallel) ddp = std::make_unique<nn::parallel::DistributedDataParallel>(model);
   }
   static nn::Sequential on_device(nn::Sequential m, Device dev) {
     m->to(dev);
@@ -139,7 +143,7 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(const Workload& w, const std::string& mode, std::vector<int64_t> schedule,
-                 Device dev, uint64_t seed)
+                 Device dev, uint64_t seed, bool ddp)
     : impl_(std::make_unique<Impl>()) {
   EMBER_CHECK(!schedule.empty(), "ember_bench: empty batch schedule");
   Impl& m = *impl_;
@@ -149,7 +153,9 @@ Trainer::Trainer(const Workload& w, const std::string& mode, std::vector<int64_t
   m.tokens = w.arch == "gpt";
   m.schedule = std::move(schedule);
   manual_seed(seed);  // the weights, then every batch, come from the seed
-  m.state = std::make_unique<State>(w, dev);
+  m.state = std::make_unique<State>(w, dev, ddp);
+  // Data-parallel: the same weights everywhere (rank 0's), but each rank its own batches.
+  if (ddp) manual_seed(seed + 1 + static_cast<uint64_t>(distributed::get_rank()));
   m.fn = StepFn{m.state.get()};
   if (is_compiled(mode)) m.compiled.emplace(m.fn, options_for(mode));
 }
@@ -176,6 +182,8 @@ float Trainer::step() {
   return loss;
 }
 
+std::vector<Tensor> Trainer::parameters() const { return impl_->state->params; }
+
 jit::CompileStats Trainer::stats() const {
   return impl_->compiled ? impl_->compiled->stats() : jit::CompileStats{};
 }
@@ -201,6 +209,22 @@ void Trainer::warm_up(int min_steps) {
               st.graph_breaks, " graph breaks)");
 }
 
+bool parameters_identical_across_ranks(const std::vector<Tensor>& params) {
+  // Each rank compares its parameters with rank 0's, bit for bit; then the ranks agree on
+  // whether any differed.
+  int64_t differ = 0;
+  for (const Tensor& p : params) {
+    const Tensor root = p.detach().clone();
+    distributed::broadcast(root, 0);
+    differ += !equal(root, p.detach());
+  }
+  const Tensor count =
+      full({1}, static_cast<double>(differ),
+           TensorOptions(kFloat32).device(params.empty() ? Device::cpu() : params[0].device()));
+  distributed::all_reduce(count);
+  return count.item<float>() == 0;
+}
+
 Timing time_steps(const Workload& w, const std::string& mode, const std::vector<int64_t>& schedule,
                   const Settings& s) {
   if (s.dev.is_cuda()) {
@@ -208,7 +232,7 @@ Timing time_steps(const Workload& w, const std::string& mode, const std::vector<
     cuda::synchronize(s.dev.index);
     cuda::reset_peak_memory_stats(s.dev.index);
   }
-  Trainer t(w, mode, schedule, s.dev, s.seed);
+  Trainer t(w, mode, schedule, s.dev, s.seed, s.ddp);
   t.warm_up(s.warmup);
   const int recompiles_before = t.stats().recompiles;
   std::vector<double> samples;
@@ -236,12 +260,13 @@ Timing time_steps(const Workload& w, const std::string& mode, const std::vector<
   out.us_max = *std::max_element(samples.begin(), samples.end());
   out.recompiles = t.stats().recompiles - recompiles_before;
   if (s.dev.is_cuda()) out.peak_memory_bytes = cuda::memory_stats(s.dev.index).peak_allocated;
+  if (s.ddp) out.ranks_identical = parameters_identical_across_ranks(t.parameters());
   return out;
 }
 
 float loss_after(const Workload& w, const std::string& mode, const std::vector<int64_t>& schedule,
                  const Settings& s) {
-  Trainer t(w, mode, schedule, s.dev, s.seed);
+  Trainer t(w, mode, schedule, s.dev, s.seed, s.ddp);
   float loss = 0;
   for (int i = 0; i < s.loss_steps; ++i) loss = t.step();
   return loss;

@@ -27,6 +27,9 @@ struct Settings {
   int loss_steps = 20;
   uint64_t seed = 0;
   bool tf32 = false;
+  // Data-parallel: every trainer wraps its model in DistributedDataParallel over the default
+  // process group (which the caller set up), and each rank draws batches of its own.
+  bool ddp = false;
 };
 
 // A model, its optimizer and the whole training step (zero_grad, forward, loss, backward, SGD
@@ -36,7 +39,7 @@ class Trainer {
  public:
   // `schedule`: the batch sizes the steps cycle through ({B} for a fixed batch).
   Trainer(const Workload& w, const std::string& mode, std::vector<int64_t> schedule, Device dev,
-          uint64_t seed);
+          uint64_t seed, bool ddp = false);
   ~Trainer();
   Trainer(Trainer&&) noexcept;
   Trainer& operator=(Trainer&&) noexcept;
@@ -47,6 +50,8 @@ class Trainer {
   bool last_step_compiled() const { return last_compiled_; }
   // Compile statistics (all zero in eager mode).
   jit::CompileStats stats() const;
+  // The model's parameters, in module order.
+  std::vector<Tensor> parameters() const;
   // Runs the untimed steps: at least `min_steps`, then (compiled) on until a whole cycle of the
   // schedule ran from compiled code, so timed steps never include tracing. An ember::Error when
   // the step never runs from compiled code.
@@ -64,11 +69,17 @@ struct Timing {
   double us_min = 0, us_max = 0;             // fastest and slowest sample
   int recompiles = 0;                        // compiles counted over the timed steps
   std::optional<int64_t> peak_memory_bytes;  // CUDA: the allocator's high-water mark
+  // Data-parallel runs: whether every rank's parameters equal rank 0's after the timed steps.
+  std::optional<bool> ranks_identical;
 };
 // `warmup` untimed steps (see Trainer::warm_up), then `repeats` samples of `steps` steps, each
 // step timed by the host clock.
 Timing time_steps(const Workload& w, const std::string& mode, const std::vector<int64_t>& schedule,
                   const Settings& s);
+
+// Data-parallel: whether every rank holds rank 0's values of `params`, bit for bit (a
+// collective: every rank calls it).
+bool parameters_identical_across_ranks(const std::vector<Tensor>& params);
 
 // The loss after `loss_steps` steps of a fresh trainer.
 float loss_after(const Workload& w, const std::string& mode, const std::vector<int64_t>& schedule,
