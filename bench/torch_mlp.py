@@ -727,6 +727,10 @@ def build_training(torch, spec, device, seed, mode=None, amp="none"):
                 # GELU's default is the exact (erf) form, the brief's choice.
                 mods.append(nn.ReLU() if spec["activation"] == "relu" else nn.GELU())
         model = nn.Sequential(*mods).to(device)
+    if DDP["on"]:
+        # Rank 0's weights on every rank (DDP broadcasts them), the gradients averaged.
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[DDP["local_rank"]] if device == "cuda" else None)
     clip = spec.get("clip_norm", 0)
     o = spec["optimizer"]
     if o["name"] == "adamw":
@@ -931,6 +935,43 @@ def release(torch, cuda):
         torch.cuda.empty_cache()
 
 
+# --ddp: set by join_data_parallel(); read by build_training and the row's figures.
+DDP = {"on": False, "rank": 0, "world": 1, "local_rank": 0}
+
+
+def join_data_parallel(torch, device):
+    """The process group of the ranks a launcher (ember-run, torchrun) started: NCCL on the GPU
+    of LOCAL_RANK, or Gloo on the CPU."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        sys.exit("torch_mlp --ddp: RANK and WORLD_SIZE are not set; start it under a launcher, "
+                 "e.g. `ember-run --nproc-per-node 2 python3 bench/torch_mlp.py --ddp ...`")
+    import torch.distributed as dist
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    DDP.update(on=True, rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local)
+
+
+def batch_seed(seed):
+    """Each rank of a data-parallel run draws batches of its own."""
+    return seed + 1 + DDP["rank"] if DDP["on"] else seed
+
+
+def ranks_identical(torch, model):
+    """Whether every rank's parameters equal rank 0's, bit for bit (every rank calls it)."""
+    import torch.distributed as dist
+    differ = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            root = p.detach().clone()
+            dist.broadcast(root, 0)
+            differ += int(not torch.equal(root, p.detach()))
+        count = torch.tensor([float(differ)], device=next(model.parameters()).device)
+        dist.all_reduce(count)
+    return bool(count.item() == 0)
+
+
 class Ctx:
     """What every row needs: torch, the device and the run's configuration."""
 
@@ -947,7 +988,7 @@ def measure_row(ctx, workload, batch, mode):
         torch.cuda.reset_peak_memory_stats()
     model, opt, step = build_training(torch, spec, ctx.device, args.seed, mode, args.amp)
     stepper = make_stepper(torch, mode, model, opt, step)
-    batches = Batches(torch, ctx.device, args.seed, schedule, sample_shape(spec),
+    batches = Batches(torch, ctx.device, batch_seed(args.seed), schedule, sample_shape(spec),
                       spec["layers"][-1], spec.get("arch") == "gpt")
 
     def one():
@@ -991,8 +1032,11 @@ def measure_row(ctx, workload, batch, mode):
         except Exception as e:
             progress("  {} B={} {}: no kernel count: {}".format(workload, batch, mode,
                                                                 error_message(e)))
-    return {"samples_us": samples, "loss": loss, "recompiles": recompiles,
-            "peak_memory_bytes": peak_mem, "kernels_per_step": kernels}
+    out = {"samples_us": samples, "loss": loss, "recompiles": recompiles,
+           "peak_memory_bytes": peak_mem, "kernels_per_step": kernels}
+    if DDP["on"]:
+        out["ranks_identical"] = ranks_identical(torch, model)
+    return out
 
 
 def eager_loss(ctx, workload, schedule):
@@ -1001,7 +1045,7 @@ def eager_loss(ctx, workload, schedule):
     release(torch, ctx.cuda)
     spec = WORKLOADS[workload]
     _, _, step = build_training(torch, spec, ctx.device, ctx.args.seed, None, ctx.args.amp)
-    batches = Batches(torch, ctx.device, ctx.args.seed, schedule, sample_shape(spec),
+    batches = Batches(torch, ctx.device, batch_seed(ctx.args.seed), schedule, sample_shape(spec),
                       spec["layers"][-1], spec.get("arch") == "gpt")
     loss = None
     for _ in range(ctx.args.loss_steps):
@@ -1087,12 +1131,18 @@ def run_benchmark(args):
         torch.set_num_threads(args.threads)
     device = resolve_device(torch, args.device)
     check_amp_device(args.amp, device)
+    if args.ddp:
+        join_data_parallel(torch, device)
+        args.no_first_step = True  # the probes' new processes would not be ranks of the group
+        args.no_kernel_count = True
+    lead = DDP["rank"] == 0  # the rank that reports
+    say = progress if lead else (lambda msg: None)
     for k, v in DEFAULTS[device].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     first_step_batches = args.first_step_batches or args.batches
     ctx = Ctx(torch, device, args)
-    progress("torch_mlp: PyTorch {} on {}; measuring the peak".format(torch.__version__, device))
+    say("torch_mlp: PyTorch {} on {}; measuring the peak".format(torch.__version__, device))
     peak = measure_peak(torch, device, args.tf32)
     release(torch, ctx.cuda)
     modes = [m for m in MODES if m in args.modes]
@@ -1102,17 +1152,22 @@ def run_benchmark(args):
         tag = "[{:>{}}/{}] {} B={} {}".format(i, len(str(len(plan))), len(plan), w, b, m)
         if args.amp != "none":
             tag += " amp " + args.amp
+        if args.ddp and m == "cuda-graph":
+            rows.append(failed_row(w, b, m, "skipped",
+                                   "not measured with DistributedDataParallel", args.amp))
+            say(tag + ": skipped (ddp)")
+            continue
         if device == "cpu" and m not in CPU_MODES:
             rows.append(failed_row(w, b, m, "skipped", "needs CUDA: not run on the CPU",
                                    args.amp))
-            progress(tag + ": skipped (CPU)")
+            say(tag + ": skipped (CPU)")
             continue
         skip = amp_skip_reason(m, args.amp, args.optimizer)
         if skip:
             rows.append(failed_row(w, b, m, "skipped", skip, args.amp))
-            progress("{}: skipped: {}".format(tag, skip))
+            say("{}: skipped: {}".format(tag, skip))
             continue
-        progress(tag + ": running")
+        say(tag + ": running")
         try:
             meas = measure_row(ctx, w, b, m)
             schedule = tuple(dynamic_schedule(b) if m == "dynamic" else [b])
@@ -1123,24 +1178,29 @@ def run_benchmark(args):
                     eager_refs[(w, schedule)] = eager_loss(ctx, w, list(schedule))
                 except Exception as e:
                     eager_refs[(w, schedule)] = None
-                    progress("  eager reference failed: " + error_message(e))
+                    say("  eager reference failed: " + error_message(e))
             first = (None, None)
             if not args.no_first_step and m in args.first_step_modes \
                     and b in first_step_batches:
                 release(torch, ctx.cuda)
-                progress(tag + ": first-step probes (2 new processes)")
+                say(tag + ": first-step probes (2 new processes)")
                 first = probe_first_step(args, device, w, b, m)
             row = ok_row(w, b, m, meas, peak, first, args.loss_steps, eager_refs[(w, schedule)],
                          args.amp)
-            progress("{}: {:.1f} us/step, {:.0f} steps/s, loss {:.6f}".format(
+            if args.ddp:
+                row["samples_per_s"] = DDP["world"] * b * 1e6 / row["us_per_step"]
+                row["ranks_identical"] = meas["ranks_identical"]
+            say("{}: {:.1f} us/step, {:.0f} steps/s, loss {:.6f}".format(
                 tag, row["us_per_step"], row["steps_per_s"], row["loss"]))
         except Exception as e:  # a failing mode is a result, not the end of the run
             row = failed_row(w, b, m, "error", error_message(e), args.amp)
-            progress("{}: error: {}".format(tag, row["error"]))
+            say("{}: error: {}".format(tag, row["error"]))
         rows.append(row)
     config = {"warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
               "seed": args.seed, "tf32": args.tf32, "loss_steps": args.loss_steps,
               "threads": torch.get_num_threads()}
+    if args.ddp:
+        config["world_size"] = DDP["world"]
     command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])] + sys.argv[1:])
     return make_document(str(torch.__version__), machine_info(torch, device, peak), config,
                          args.workloads, rows, "python3 " + command)
@@ -1208,6 +1268,10 @@ def parse_args(argv=None):
                     help="mixed precision: torch.autocast to bfloat16 or float16 around forward "
                          "+ loss; fp16 adds a GradScaler (CUDA only). Default none")
     ap.add_argument("--json", metavar="PATH", help="write the results here")
+    ap.add_argument("--ddp", action="store_true",
+                    help="DistributedDataParallel over the ranks a launcher started (ember-run "
+                         "--nproc-per-node N): NCCL on LOCAL_RANK's GPU, Gloo on the CPU; the "
+                         "batch is per rank, rank 0 reports")
     ap.add_argument("--no-first-step", action="store_true",
                     help="skip the first-step probes (new processes); first_step_ms is null")
     ap.add_argument("--first-step-modes", type=csv_list("mode", MODES),
@@ -1252,6 +1316,18 @@ def main(argv=None):
             sys.exit("torch_mlp: {}".format(e))
     else:
         doc = run_benchmark(args)
+        if DDP["on"]:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+            if DDP["rank"] != 0:
+                return 0
+            for r in doc["results"]:
+                if r["status"] == "ok":
+                    print("ddp {} batch {} per rank x {} ranks, {}: {:.6g} M samples/s, parameters "
+                          "{} across ranks".format(r["workload"], r["batch"], DDP["world"],
+                                                   r["mode"], r["samples_per_s"] / 1e6,
+                                                   "identical" if r["ranks_identical"]
+                                                   else "DIFFERENT"))
     print(format_table(doc["results"]))
     if args.json:
         write_json(doc, args.json)
