@@ -15,7 +15,7 @@ namespace ember {
 ///
 /// Each draw of n elements reserves ceil(n / 2) counters with advance(), so draws never overlap
 /// and a draw's values depend only on (seed, offset), not on the device or the thread count.
-/// The methods that change the state are thread-safe. Pass one to rand / randn / randint for a
+/// Every method is thread-safe. Pass one to rand / randn / randint for a
 /// stream of its own; without one they use default_generator().
 class Generator {
  public:
@@ -28,9 +28,15 @@ class Generator {
     offset_ = 0;
   }
   /// The current seed, like `torch.Generator.initial_seed`.
-  uint64_t seed() const { return seed_; }
+  uint64_t seed() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return seed_;
+  }
   /// The next counter a draw will use (with seed(), the whole state: save both to replay).
-  uint64_t offset() const { return offset_; }
+  uint64_t offset() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return offset_;
+  }
   /// Moves to counter `off`, e.g. back to a saved offset() to repeat the draws made from it.
   void set_offset(uint64_t off) {
     std::lock_guard<std::mutex> g(mu_);
@@ -46,7 +52,7 @@ class Generator {
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   uint64_t seed_;
   uint64_t offset_ = 0;
 };

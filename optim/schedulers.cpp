@@ -27,14 +27,14 @@ MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, 
     : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
   EMBER_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()),
               "MultiStepLR: milestones must be ascending");
-  EMBER_CHECK(std::isfinite(gamma) && gamma >= 0, "MultiStepLR: gamma must be finite and >= 0, got ",
-              gamma);
+  EMBER_CHECK(std::isfinite(gamma) && gamma >= 0,
+              "MultiStepLR: gamma must be finite and >= 0, got ", gamma);
   initial_step();
 }
 
 std::vector<double> MultiStepLR::compute_lr() const {
-  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch()) -
-                      milestones_.begin();
+  const auto passed =
+      std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch()) - milestones_.begin();
   return per_group(base_lrs(),
                    [&](double b) { return b * std::pow(gamma_, static_cast<double>(passed)); });
 }
@@ -65,8 +65,8 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
 }
 
 std::vector<double> CosineAnnealingLR::compute_lr() const {
-  const double c = std::cos(std::numbers::pi * static_cast<double>(last_epoch()) /
-                            static_cast<double>(t_max_));
+  const double c =
+      std::cos(std::numbers::pi * static_cast<double>(last_epoch()) / static_cast<double>(t_max_));
   return per_group(base_lrs(), [&](double b) { return eta_min_ + (b - eta_min_) * (1 + c) / 2; });
 }
 
@@ -109,12 +109,18 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
                        OneCycleOptions options)
     : LRScheduler(optimizer), max_lr_(max_lr), total_(total_steps), o_(options) {
   EMBER_CHECK(total_steps >= 1, "OneCycleLR: total_steps must be >= 1, got ", total_steps);
-  EMBER_CHECK(o_.pct_start >= 0 && o_.pct_start <= 1, "OneCycleLR: pct_start must be in [0, 1], got ",
-              o_.pct_start);
+  EMBER_CHECK(o_.pct_start >= 0 && o_.pct_start <= 1,
+              "OneCycleLR: pct_start must be in [0, 1], got ", o_.pct_start);
   EMBER_CHECK(std::isfinite(max_lr) && max_lr >= 0, "OneCycleLR: invalid max_lr ", max_lr);
   EMBER_CHECK(o_.div_factor > 0 && o_.final_div_factor > 0,
               "OneCycleLR: div_factor and final_div_factor must be > 0, got ", o_.div_factor,
               " and ", o_.final_div_factor);
+  // The warm-up phase ends at step pct_start * total_steps - 1; at 0 its first step would be
+  // 0 / 0 (a NaN rate here, a ZeroDivisionError in PyTorch).
+  EMBER_CHECK(o_.pct_start * static_cast<double>(total_steps) != 1.0, "OneCycleLR: pct_start ",
+              o_.pct_start, " of ", total_steps,
+              " total steps is a warm-up of one step, which has no length; use pct_start 0 or a "
+              "warm-up of at least two steps");
   initial_step();
 }
 
@@ -143,11 +149,12 @@ std::vector<double> OneCycleLR::compute_lr() const {
 SequentialLR::SequentialLR(Optimizer& optimizer,
                            std::vector<std::shared_ptr<LRScheduler>> schedulers,
                            std::vector<int64_t> milestones)
-    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+    : LRScheduler(optimizer),
+      schedulers_(std::move(schedulers)),
+      milestones_(std::move(milestones)) {
   EMBER_CHECK(!schedulers_.empty(), "SequentialLR: expects at least one scheduler");
   EMBER_CHECK(milestones_.size() + 1 == schedulers_.size(), "SequentialLR: ", schedulers_.size(),
-              " schedulers need ", schedulers_.size() - 1, " milestones, got ",
-              milestones_.size());
+              " schedulers need ", schedulers_.size() - 1, " milestones, got ", milestones_.size());
   EMBER_CHECK(std::is_sorted(milestones_.begin(), milestones_.end()),
               "SequentialLR: milestones must be ascending");
   for (size_t k = 0; k < schedulers_.size(); ++k)
@@ -285,8 +292,8 @@ void ReduceLROnPlateau::load_state_dict(const OptimizerState& in) {
   const std::vector<double> v = t->second.cpu().to(kFloat64).contiguous().to_vector<double>();
   for (int k = 1; k < 4; ++k)
     EMBER_CHECK(v[k] == std::floor(v[k]) && v[k] >= 0 && v[k] < 9e15,
-                "ReduceLROnPlateau.load_state_dict: counter ", k, " must be a whole number >= 0, got ",
-                v[k]);
+                "ReduceLROnPlateau.load_state_dict: counter ", k,
+                " must be a whole number >= 0, got ", v[k]);
   best_ = v[0];
   num_bad_epochs_ = static_cast<int64_t>(v[1]);
   cooldown_counter_ = static_cast<int64_t>(v[2]);

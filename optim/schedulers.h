@@ -133,7 +133,8 @@ struct OneCycleOptions {
 class OneCycleLR final : public LRScheduler {
  public:
   /// \throws ember::Error if total_steps < 1, max_lr is negative or not finite, pct_start is
-  ///         not in [0, 1], or a div factor is not positive.
+  ///         not in [0, 1] or makes a warm-up of exactly one step, or a div factor is not
+  ///         positive.
   OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
              OneCycleOptions options = {});
   /// "OneCycleLR".

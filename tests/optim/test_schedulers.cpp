@@ -31,7 +31,8 @@ nn::TensorFile schedules() {
 std::shared_ptr<optim::LRScheduler> build(optim::Optimizer& opt, const json& c) {
   const std::string kind = c["kind"];
   if (kind == "StepLR")
-    return std::make_shared<optim::StepLR>(opt, c["step_size"].get<int64_t>(), c["gamma"].get<double>());
+    return std::make_shared<optim::StepLR>(opt, c["step_size"].get<int64_t>(),
+                                           c["gamma"].get<double>());
   if (kind == "MultiStepLR")
     return std::make_shared<optim::MultiStepLR>(opt, c["milestones"].get<std::vector<int64_t>>(),
                                                 c["gamma"].get<double>());
@@ -151,6 +152,14 @@ TEST_CASE("lr schedules: state_dict resumes the same sequence and bad options ar
   CHECK_THROWS_WITH(optim::LinearLR(b, 0.0), Contains("start_factor"));
   CHECK_THROWS_WITH(optim::CosineAnnealingLR(b, 0), Contains("T_max"));
   CHECK_THROWS_WITH(optim::OneCycleLR(b, 0.1, 0), Contains("total_steps"));
+  // A warm-up of one step has no length (its first rate would be 0 / 0); one of two is fine.
+  optim::OneCycleOptions one;
+  one.pct_start = 0.1;
+  CHECK_THROWS_WITH(optim::OneCycleLR(b, 0.1, 10, one), Contains("warm-up of one step"));
+  one.pct_start = 0.2;
+  optim::OneCycleLR two(b, 0.1, 10, one);
+  CHECK(std::isfinite(b.get_lr(0)));
+  CHECK(b.get_lr(0) == Approx(0.1 / 25));
   // A tensor metric is read on the host; it must be one number.
   optim::PlateauOptions po;
   po.patience = 0;
