@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -28,6 +32,25 @@ void check_options(const GradScalerOptions& o) {
 
 Tensor scalar(double v, Device d) { return full({}, v, TensorOptions(kFloat32).device(d)); }
 
+// A double as text that reads back to the same double.
+std::string exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// The number a state's metadata entry `key` holds, if it has one.
+std::optional<double> metadata_number(const OptimizerState& st, const char* key) {
+  const auto it = st.metadata.find(key);
+  if (it == st.metadata.end()) return std::nullopt;
+  const char* text = it->second.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  EMBER_CHECK(end != text && *end == '\0', "GradScaler.load_state_dict: ", key, " '", it->second,
+              "' is not a number");
+  return v;
+}
+
 }  // namespace
 
 GradScaler::GradScaler(Device device, GradScalerOptions options)
@@ -41,7 +64,8 @@ GradScaler::GradScaler(Device device, GradScalerOptions options)
 
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
-  EMBER_CHECK(loss.defined() && is_floating(loss.dtype()), "GradScaler.scale: expected a floating loss");
+  EMBER_CHECK(loss.defined() && is_floating(loss.dtype()),
+              "GradScaler.scale: expected a floating loss");
   EMBER_CHECK(loss.device() == device_, "GradScaler.scale: the loss is on ", loss.device().str(),
               " but the scaler on ", device_.str());
   return mul(loss.dtype() == kFloat32 ? loss : loss.to(kFloat32), scale_);
@@ -66,8 +90,8 @@ void GradScaler::unscale_(Optimizer& opt) {
                   " is on ", grad.device().str(), " but the scaler on ", device_.str());
       EMBER_CHECK(is_floating(grad.dtype()), "GradScaler.unscale_: a gradient of group ", g,
                   " has dtype ", dtype_name(grad.dtype()));
-      EMBER_CHECK(grad.is_contiguous(), "GradScaler.unscale_: a gradient of group ", g,
-                  " (", grad.sizes(), ", strides ", grad.strides(), ") is not contiguous");
+      EMBER_CHECK(grad.is_contiguous(), "GradScaler.unscale_: a gradient of group ", g, " (",
+                  grad.sizes(), ", strides ", grad.strides(), ") is not contiguous");
       by_dtype[slot_of(grad.dtype())].push_back(std::move(grad));
     }
   // inv_scale as PyTorch forms it: the reciprocal in double, rounded to float32.
@@ -120,8 +144,8 @@ OptimizerState GradScaler::state_dict() const {
   st.tensors["scale"] = scale_.cpu();
   st.tensors["growth_tracker"] = growth_tracker_.cpu();
   st.metadata["scaler"] = "GradScaler";
-  st.metadata["growth_factor"] = std::to_string(options_.growth_factor);
-  st.metadata["backoff_factor"] = std::to_string(options_.backoff_factor);
+  st.metadata["growth_factor"] = exact(options_.growth_factor);
+  st.metadata["backoff_factor"] = exact(options_.backoff_factor);
   st.metadata["growth_interval"] = std::to_string(options_.growth_interval);
   return st;
 }
@@ -145,8 +169,25 @@ void GradScaler::load_state_dict(const OptimizerState& st) {
               " is not positive and finite");
   EMBER_CHECK(tv >= 0 && tv == std::floor(tv), "GradScaler.load_state_dict: growth_tracker ", tv,
               " is not a count");
+  // The growth parameters come with the state, as PyTorch's load_state_dict takes them (an entry
+  // the state lacks keeps this scaler's value); checked like the constructor's before anything
+  // changes.
+  GradScalerOptions next = options_;
+  if (auto v = metadata_number(st, "growth_factor")) next.growth_factor = *v;
+  if (auto v = metadata_number(st, "backoff_factor")) next.backoff_factor = *v;
+  if (auto v = metadata_number(st, "growth_interval")) {
+    EMBER_CHECK(*v == std::floor(*v) && *v >= 1 && *v < 9.2e18,
+                "GradScaler.load_state_dict: growth_interval ", *v, " is not a positive count");
+    next.growth_interval = static_cast<int64_t>(*v);
+  }
+  try {
+    check_options(next);
+  } catch (const Error& e) {
+    throw Error(std::string("GradScaler.load_state_dict: ") + e.what());
+  }
   scale_.copy_(s.reshape(scale_.sizes()).to(device_));
   growth_tracker_.copy_(t.reshape(growth_tracker_.sizes()).to(device_));
+  options_ = next;
 }
 
 void save(const GradScaler& scaler, const std::string& path) {

@@ -58,8 +58,9 @@ TEST_CASE("GradScaler: skipped steps, backoff and growth against the algorithm",
   const std::vector<int> bad_at = {2, 6, 7};
   Tensor p = test::make({1.0, -2.0, 0.5}, {3}, kFloat32).requires_grad_();
   optim::Adam opt({p}, optim::AdamOptions(0.125));
-  optim::GradScaler scaler(Device::cpu(), {.init_scale = 8, .growth_factor = 2,
-                                           .backoff_factor = 0.5, .growth_interval = 3});
+  optim::GradScaler scaler(
+      Device::cpu(),
+      {.init_scale = 8, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 3});
   RefScaler ref{8, 2, 0.5, 3};
   for (int step = 0; step < 12; ++step) {
     INFO("step " << step);
@@ -145,14 +146,31 @@ TEST_CASE("GradScaler: bad options, a repeated unscale_ and a bad state are erro
   const std::string path =
       (std::filesystem::temp_directory_path() / "ember_grad_scaler.safetensors").string();
   optim::save(scaler, path);
-  optim::GradScaler other(Device::cpu());
+  optim::GradScaler other(Device::cpu(), {.growth_factor = 3, .growth_interval = 2000});
   optim::load(other, path);
   CHECK(other.get_scale() == 4.0);
   CHECK(test::read(other.growth_tracker())[0] == 1.0);
+  // The growth parameters came with the state (interval 2, factor 2): one more clean step
+  // completes the interval and doubles the scale (2000 and 3 would leave it, or triple it).
+  other.scale(sum(p)).backward();
+  other.step(opt);
+  other.update();
+  CHECK(other.get_scale() == 8.0);
   nn::save_tensors({{"scale", full({}, -3.0)}, {"growth_tracker", zeros({})}}, path,
                    {{"scaler", "GradScaler"}});
   CHECK_THROWS_WITH(optim::load(other, path), Contains("-3"));
-  CHECK(other.get_scale() == 4.0);
+  CHECK(other.get_scale() == 8.0);
+  // Growth parameters the constructor would refuse: refused, nothing changed.
+  nn::save_tensors({{"scale", full({}, 2.0)}, {"growth_tracker", zeros({})}}, path,
+                   {{"scaler", "GradScaler"}, {"growth_factor", "0.5"}});
+  CHECK_THROWS_WITH(optim::load(other, path), Contains("growth_factor"));
+  nn::save_tensors({{"scale", full({}, 2.0)}, {"growth_tracker", zeros({})}}, path,
+                   {{"scaler", "GradScaler"}, {"growth_interval", "2.5"}});
+  CHECK_THROWS_WITH(optim::load(other, path), Contains("growth_interval"));
+  nn::save_tensors({{"scale", full({}, 2.0)}, {"growth_tracker", zeros({})}}, path,
+                   {{"scaler", "GradScaler"}, {"backoff_factor", "half"}});
+  CHECK_THROWS_WITH(optim::load(other, path), Contains("not a number"));
+  CHECK(other.get_scale() == 8.0);
   std::filesystem::remove(path);
 }
 
@@ -209,7 +227,8 @@ namespace {
 nn::TensorFile load_fixture(const std::string& name) {
   const std::string path = std::string(EMBER_FIXTURE_DIR) + "/" + name;
   if (!std::filesystem::exists(path))
-    FAIL("missing PyTorch fixture " << path << "; make it with `python3 tools/make_amp_fixtures.py`");
+    FAIL("missing PyTorch fixture " << path
+                                    << "; make it with `python3 tools/make_amp_fixtures.py`");
   return nn::load_tensor_file(path);
 }
 
@@ -254,15 +273,15 @@ void check_amp_fixture(const std::string& run, Device dev, Run mode) {
         optim::SGDOptions(oo["lr"].get<double>()).momentum(oo.value("momentum", 0.0)));
   else
     opt = std::make_unique<optim::AdamW>(
-        net->parameters(), optim::AdamWOptions(oo["lr"].get<double>())
-                               .weight_decay(oo.value("weight_decay", 1e-2)));
+        net->parameters(),
+        optim::AdamWOptions(oo["lr"].get<double>()).weight_decay(oo.value("weight_decay", 1e-2)));
   std::unique_ptr<optim::GradScaler> scaler;
   if (!config["grad_scaler"].is_null()) {
     const json& g = config["grad_scaler"];
     scaler = std::make_unique<optim::GradScaler>(
-        dev, optim::GradScalerOptions{g["init_scale"].get<double>(), g["growth_factor"].get<double>(),
-                                      g["backoff_factor"].get<double>(),
-                                      g["growth_interval"].get<int64_t>()});
+        dev, optim::GradScalerOptions{
+                 g["init_scale"].get<double>(), g["growth_factor"].get<double>(),
+                 g["backoff_factor"].get<double>(), g["growth_interval"].get<int64_t>()});
   }
   nn::CrossEntropyLoss criterion;
   auto body = [&](const Tensor& x, const Tensor& y) {
@@ -312,8 +331,8 @@ void check_amp_fixture(const std::string& run, Device dev, Run mode) {
   for (int64_t step = 0; step < steps; ++step) {
     INFO("step " << step);
     const int64_t b = step % xs.size(0);
-    const std::vector<Tensor> out =
-        mode == Run::Eager ? body(xs.select(0, b), ys.select(0, b)) : compiled(xs.select(0, b), ys.select(0, b));
+    const std::vector<Tensor> out = mode == Run::Eager ? body(xs.select(0, b), ys.select(0, b))
+                                                       : compiled(xs.select(0, b), ys.select(0, b));
     const double loss = out[0].item<float>(), want = want_loss[static_cast<size_t>(step)];
     INFO("loss " << loss << ", PyTorch " << want);
     if (step < early)
@@ -329,8 +348,8 @@ void check_amp_fixture(const std::string& run, Device dev, Run mode) {
   if (scaler) CHECK(skipped >= 4);  // the fixture's overflowing steps ran the skip path
   if (mode != Run::Eager) {
     const jit::CompileStats& s = compiled.stats();
-    INFO("traces " << s.traces << ", replays " << s.replays << ", graph replays "
-                   << s.graph_replays << ", eager calls " << s.eager_calls);
+    INFO("traces " << s.traces << ", replays " << s.replays << ", graph replays " << s.graph_replays
+                   << ", eager calls " << s.eager_calls);
     CHECK(s.graph_breaks == 0);
     CHECK(s.eager_calls == 0);
     CHECK(s.recompiles == 0);
@@ -361,7 +380,9 @@ TEST_CASE("amp parity with PyTorch: autocast bf16, fp16 with GradScaler (CUDA)",
   EMBER_REQUIRE_CUDA();
   for (const std::string& run : kAmpRuns)
     for (Run mode : {Run::Eager, Run::Default, Run::ReduceOverhead}) {
-      SECTION(run + (mode == Run::Eager ? ", eager" : mode == Run::Default ? ", compiled" : ", reduce-overhead")) {
+      SECTION(run + (mode == Run::Eager     ? ", eager"
+                     : mode == Run::Default ? ", compiled"
+                                            : ", reduce-overhead")) {
         check_amp_fixture(run, Device::cuda(0), mode);
       }
     }
