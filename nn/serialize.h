@@ -15,6 +15,7 @@
 /// a byte range that does not match shape x dtype, or an unknown dtype is an ember::Error
 /// naming the file and the problem. Writes are atomic (a temporary file in the same directory,
 /// then a rename), so a crash never leaves a half-written file under the final name.
+#include <cstddef>
 #include <map>
 #include <string>
 

@@ -26,6 +26,7 @@
 /// reaching growth_interval the scale is multiplied by growth_factor (if that stays finite)
 /// and the tracker zeroed.
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/tensor.h"
