@@ -148,17 +148,11 @@ Device join_data_parallel(const std::string& device) {
   EMBER_CHECK(std::getenv("WORLD_SIZE") && std::getenv("RANK"),
               "ember_bench --ddp: RANK and WORLD_SIZE are not set; start it under a launcher, "
               "e.g. `ember-run --nproc-per-node 2 ember_bench run --ddp ...`");
-  Device dev = pick_device(device);
-  if (dev.is_cuda()) {
-    const char* local = std::getenv("LOCAL_RANK");
-    const int index = local ? std::atoi(local) : 0;
-    EMBER_CHECK(index >= 0 && index < cuda::device_count(), "ember_bench --ddp: LOCAL_RANK ", index,
-                " has no GPU (", cuda::device_count(), " present)");
-    dev = Device::cuda(index);  // the NCCL group takes the same GPU (LOCAL_RANK's)
-  }
+  const Device dev = pick_device(device);
   distributed::init_process_group(
       {.backend = dev.is_cuda() ? distributed::Backend::Nccl : distributed::Backend::Gloo});
-  return dev;
+  // The group's own device: NCCL picks each rank's GPU (LOCAL_RANK's).
+  return distributed::default_group().device();
 }
 
 // The floor of one step at `batch`; a dynamic row's is the mean over its schedule, the batches
