@@ -342,6 +342,21 @@ kc::GemmMatrix matrix_of(const Tensor& t) {
   return m;
 }
 
+// small_gemm called directly: D = epilogue(A B) into `d` (rows `ld_d` apart; 0: dense).
+void small_gemm_into(DType t, const kc::GemmMatrix& a, const kc::GemmMatrix& b, const Tensor& d,
+                     kc::GemmEpilogue e = kc::GemmEpilogue::None, const Tensor& bias = Tensor(),
+                     int64_t ld_d = 0) {
+  kc::GemmCall c;
+  c.dtype = t;
+  c.a = a;
+  c.b = b;
+  c.d = d.raw_data();
+  c.ld_d = ld_d;
+  c.epilogue = e;
+  c.bias = e == kc::GemmEpilogue::None ? nullptr : bias.raw_data();
+  kc::small_gemm(c);
+}
+
 }  // namespace
 
 TEST_CASE("eager mm on small shapes matches a float64 product", "[kernels][cuda]") {
@@ -370,13 +385,7 @@ TEST_CASE("eager mm on small shapes matches a float64 product", "[kernels][cuda]
           const kc::GemmMatrix ma = matrix_of(a), mb = matrix_of(b);
           if (kc::small_gemm_kind(t, ma, mb) == kc::SmallGemmKind::None) continue;
           Tensor d = full({s.m, s.n + 3}, std::nan(""), TensorOptions(t).device(kDev));
-          kc::GemmCall c;
-          c.dtype = t;
-          c.a = ma;
-          c.b = mb;
-          c.d = d.raw_data();
-          c.ld_d = s.n + 3;
-          kc::small_gemm(c);
+          small_gemm_into(t, ma, mb, d, kc::GemmEpilogue::None, Tensor(), s.n + 3);
           check_bits(d.narrow(1, 0, s.n), got, what + " (direct)");
           const std::vector<double> pad = host(d.narrow(1, s.n, 3));
           int64_t written = 0;
@@ -415,14 +424,8 @@ TEST_CASE("small_gemm BIAS and RELU_BIAS match a float64 reference and eager add
                                        (ta ? " A^T" : "") + (tb ? " B^T" : "") +
                                        (with_nan ? " NaN in A" : "") + (r ? " RELU_BIAS" : " BIAS");
               Tensor d = full({s.m, s.n}, std::nan(""), TensorOptions(t).device(kDev));
-              kc::GemmCall c;
-              c.dtype = t;
-              c.a = ma;
-              c.b = mb;
-              c.d = d.raw_data();
-              c.epilogue = r ? kc::GemmEpilogue::ReluBias : kc::GemmEpilogue::Bias;
-              c.bias = bias.raw_data();
-              kc::small_gemm(c);
+              small_gemm_into(t, ma, mb, d, r ? kc::GemmEpilogue::ReluBias : kc::GemmEpilogue::Bias,
+                              bias);
               check_against_reference(ra, rb, s.m, s.k, s.n, t, d, what, &vbias, r);
               check_bits(d, r ? act : biased, what);
               if (with_nan && r) {  // relu passes the NaN row through
@@ -593,14 +596,7 @@ TEST_CASE("16-bit small GEMMs match a float64 product, round once, and repeat th
           for (kc::GemmEpilogue e :
                {kc::GemmEpilogue::None, kc::GemmEpilogue::Bias, kc::GemmEpilogue::ReluBias}) {
             Tensor d = full({s.m, s.n}, std::nan(""), TensorOptions(t).device(kDev));
-            kc::GemmCall c;
-            c.dtype = t;
-            c.a = ma;
-            c.b = mb;
-            c.d = d.raw_data();
-            c.epilogue = e;
-            c.bias = e == kc::GemmEpilogue::None ? nullptr : bias.raw_data();
-            kc::small_gemm(c);
+            small_gemm_into(t, ma, mb, d, e, bias);
             const std::string w = what + " " + kc::gemm_epilogue_name(e);
             if (e == kc::GemmEpilogue::None) {
               check_bits(d, got, w + " (direct = eager)");
