@@ -90,9 +90,10 @@ Tensor draw(OpId op, const Shape& shape, TensorOptions o, Generator* gen, Attrs 
   a.device = o.device_;
   // Validate before reserving counters so a bad call leaves the stream untouched.
   infer_meta(op, {}, a);
-  a.seed = g.seed();
   const uint64_t counters = philox::counters_for(static_cast<uint64_t>(numel_of(shape)));
-  a.offset = g.advance(counters);
+  const Generator::Reservation r = g.reserve(counters);
+  a.seed = r.seed;
+  a.offset = r.offset;
   detail::t_draws.last_from_default = &g == &default_generator();
   if (detail::t_draws.last_from_default) detail::t_draws.default_counters += counters;
   return dispatch(op, {}, a);

@@ -44,11 +44,18 @@ class Generator {
   }
   /// Reserves `counters` Philox counters; returns the first. Kernels of random ops call this,
   /// users normally do not.
-  uint64_t advance(uint64_t counters) {
+  uint64_t advance(uint64_t counters) { return reserve(counters).offset; }
+  /// The seed and first counter of a draw of `counters` counters.
+  struct Reservation {
+    uint64_t seed, offset;
+  };
+  /// Reserves `counters` counters and returns them with the seed they belong to, read together
+  /// (a manual_seed() on another thread cannot fall between the two).
+  Reservation reserve(uint64_t counters) {
     std::lock_guard<std::mutex> g(mu_);
-    const uint64_t o = offset_;
+    const Reservation r{seed_, offset_};
     offset_ += counters;
-    return o;
+    return r;
   }
 
  private:

@@ -292,8 +292,8 @@ void GraphReplay::replay(Bound& bg, std::span<const Tensor> args, std::vector<Te
                                static_cast<size_t>(args[a].nbytes()));
       }
   if (steps_.rng_counters() > 0) {
-    Generator& gen = default_generator();
-    const uint64_t state[2] = {gen.seed(), gen.advance(steps_.rng_counters())};
+    const Generator::Reservation r = default_generator().reserve(steps_.rng_counters());
+    const uint64_t state[2] = {r.seed, r.offset};
     cuda::copy_host_to_device(rng_state_.raw_data(), state, sizeof state, dev);
   }
   // Returned tensors: memory of their own each call, filled by the graph's last copies, so no

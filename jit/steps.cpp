@@ -188,9 +188,9 @@ void StepList::run(StepHooks* capture, cuda::Timeline* timeline) {
   // A capture only records: its random kernels read the key from device memory at each
   // launch, and the generator advances then, not now.
   if (rng_counters_ > 0 && !capture) {
-    Generator& gen = default_generator();
-    rng_seed = gen.seed();
-    rng_base = gen.advance(rng_counters_);
+    const Generator::Reservation r = default_generator().reserve(rng_counters_);
+    rng_seed = r.seed;
+    rng_base = r.offset;
   }
   if (timeline) {
     timeline->hold(100.0);  // longer than queuing every step takes, see held_through()
