@@ -47,7 +47,8 @@ class Generator {
   uint64_t advance(uint64_t counters) { return reserve(counters).offset; }
   /// The seed and first counter of a draw of `counters` counters.
   struct Reservation {
-    uint64_t seed, offset;
+    uint64_t seed;    ///< the generator's seed at the draw
+    uint64_t offset;  ///< the first of the reserved counters
   };
   /// Reserves `counters` counters and returns them with the seed they belong to, read together
   /// (a manual_seed() on another thread cannot fall between the two).
