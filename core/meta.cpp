@@ -50,6 +50,8 @@ DType apply_rule(OpId op, DType in) {
       return kInt64;
     case OutRule::Cast:
       return in;  // handled by the caller
+    case OutRule::Select:
+      return in;
   }
   return in;
 }
@@ -60,10 +62,11 @@ OutputMeta pointwise_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
   EMBER_CHECK(in.size() == arity, op_name(op), ": expected ", arity, " inputs, got ", in.size());
   OutputMeta m;
   m.device = common_device(op, in, true);
-  // where's condition is bool; the value operands share the compute dtype.
-  const size_t first = op == OpId::where ? 1 : 0;
-  if (op == OpId::where)
-    EMBER_CHECK(in[0].dtype() == kBool, "where: condition must be bool, got ",
+  // A selection's condition is bool; the value operands share the compute dtype.
+  const OutRule rule = op_info(op).rule;
+  const size_t first = rule == OutRule::Select ? 1 : 0;
+  if (rule == OutRule::Select)
+    EMBER_CHECK(in[0].dtype() == kBool, op_name(op), ": condition must be bool, got ",
                 dtype_name(in[0].dtype()));
   const DType t = in[first].dtype();
   for (size_t i = first + 1; i < in.size(); ++i)
@@ -71,7 +74,7 @@ OutputMeta pointwise_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                 ": inputs must share a dtype after promotion, got ", dtype_name(t), " and ",
                 dtype_name(in[i].dtype()));
   check_dtype(op, t, static_cast<int>(first));
-  m.dtype = op == OpId::cast ? a.dtype : apply_rule(op, t);
+  m.dtype = rule == OutRule::Cast ? a.dtype : apply_rule(op, t);
   m.shape = in[0].sizes();
   for (size_t i = 1; i < in.size(); ++i)
     m.shape = broadcast_shapes(m.shape, in[i].sizes(), cname(op));

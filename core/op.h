@@ -46,7 +46,8 @@ enum class OutRule : uint8_t {
   ToBool,      ///< Always bool (comparisons).
   ToInt64,     ///< Floating dtypes kept, integer and bool give int64 (sum, like PyTorch).
   Index,       ///< Always int64 (argmax, one_hot).
-  Cast         ///< attrs.dtype (cast).
+  Cast,        ///< attrs.dtype, from one input of any dtype (cast).
+  Select       ///< Input 0 is a bool condition; the other inputs' dtype (where).
 };
 
 }  // namespace ember

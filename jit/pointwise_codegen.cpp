@@ -4,11 +4,11 @@
 // allows, a vector loop moving up to 16 bytes per operand access.
 //
 // Equality with eager, bit for bit: each member is applied exactly as the eager kernel applies
-// it (ComputeOp / CastOp / WhereOp: convert to the compute type, the functor, convert to the
-// storage type) and its result is held in its storage type, so a float16 intermediate is
-// rounded to float16 as eager rounds it when storing; a float/double/integer result another
-// member reads passes through fp::keep, which stops FMA contraction (and, for integers,
-// overflow reasoning) across members.
+// it (ComputeOp, or CastOp / WhereOp for the op table's Cast and Select rules: convert to the
+// compute type, the functor, convert to the storage type) and its result is held in its storage
+// type, so a float16 intermediate is rounded to float16 as eager rounds it when storing; a
+// float/double/integer result another member reads passes through fp::keep, which stops FMA
+// contraction (and, for integers, overflow reasoning) across members.
 #include "jit/pointwise_codegen.h"
 
 #include <algorithm>
@@ -78,16 +78,16 @@ bool dtypes_ok(const Graph& g, const Node& n, std::string& why) {
   const DType out = g.values[n.out].dtype;
   auto in = [&](size_t i) { return g.values[n.inputs[i]].dtype; };
   const std::string op(info.name);
-  if (n.op == OpId::cast) {
+  if (info.rule == OutRule::Cast) {
     if (n.inputs.size() == 1) return true;
-    why = str("cast with ", n.inputs.size(), " inputs");
+    why = str(op, " with ", n.inputs.size(), " inputs");
     return false;
   }
-  if (n.op == OpId::where) {
+  if (info.rule == OutRule::Select) {
     if (n.inputs.size() == 3 && in(0) == kBool && in(1) == in(2) && out == in(1) &&
         in_set(info.dtypes, out))
       return true;
-    why = "where over unexpected dtypes";
+    why = op + " over unexpected dtypes";
     return false;
   }
   const size_t arity = info.kind == OpKind::Unary ? 1 : info.kind == OpKind::Binary ? 2 : 0;
@@ -307,9 +307,10 @@ class Writer {
       std::string args;
       for (size_t i = 0; i < n.inputs.size(); ++i) args += (i ? ", " : "") + name(n.inputs[i]);
       std::string expr;
-      if (n.op == OpId::cast) {
+      const OutRule rule = op_info(n.op).rule;
+      if (rule == OutRule::Cast) {
         expr = std::string("ew::CastOp<") + cuda_storage_type(out) + ">{}(" + args + ")";
-      } else if (n.op == OpId::where) {
+      } else if (rule == OutRule::Select) {
         expr = std::string("ew::WhereOp<") + compute_type(out) + ", " + cuda_storage_type(out) +
                ">{}(" + args + ")";
       } else {
@@ -489,7 +490,8 @@ bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string*
     if (kind != OpKind::Unary && kind != OpKind::Binary && kind != OpKind::Ternary)
       return fail(op + " is not an elementwise op with inputs");
     if (n.inplace || n.out == kNoValue) return fail(op + " writes in place");
-    if (n.op != OpId::cast && n.op != OpId::where && functor_of(n).empty())
+    const OutRule rule = op_info(n.op).rule;
+    if (rule != OutRule::Cast && rule != OutRule::Select && functor_of(n).empty())
       return fail(op + " has no known functor");
     const Value& out = g.values[n.out];
     if (out.shape != shape || out.device != dev)

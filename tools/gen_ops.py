@@ -26,7 +26,10 @@ KINDS = {"Nullary", "Unary", "Binary", "Ternary", "Reduce", "Matmul", "Softmax",
          "Cat", "View", "Factory", "Random", "Transfer", "MultiTensor", "Conv", "Pool",
          "Attention", "Collective"}
 POINTWISE = {"Nullary", "Unary", "Binary", "Ternary"}
-RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast"}
+RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast", "Select"}
+# Rules that fix an elementwise op's inputs as well as its output, and so how a kernel applies
+# it: Cast converts one input of any dtype to attrs.dtype; Select reads a bool condition first.
+RULE_KINDS = {"Cast": "Unary", "Select": "Ternary"}
 DTYPES = {"float": "kFloatTypes", "numeric": "kNumericTypes", "all": "kAllTypes",
           "index": "kIndexTypes"}
 ROW_KEYS = {"kind", "arity", "dtypes", "rule", "attrs", "reads", "functor", "fwd", "grad",
@@ -125,6 +128,10 @@ class Table:
             fail(f"{where}: unknown kind '{kind}'")
         if row["rule"] not in RULES:
             fail(f"{where}: unknown rule '{row['rule']}'")
+        if row["rule"] in RULE_KINDS and kind != RULE_KINDS[row["rule"]]:
+            fail(f"{where}: rule {row['rule']} is for {RULE_KINDS[row['rule']]} ops")
+        if row["rule"] == "Cast" and "dtype" not in (row.get("reads") or []):
+            fail(f"{where}: rule Cast reads the 'dtype' attribute")
         if row["dtypes"] not in DTYPES:
             fail(f"{where}: unknown dtypes '{row['dtypes']}' (one of {sorted(DTYPES)})")
         arity = row["arity"]

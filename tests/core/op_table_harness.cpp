@@ -258,6 +258,7 @@ DType out_dtype(OpId op, DType compute) {
     case OutRule::Index:
       return kInt64;
     case OutRule::Cast:
+    case OutRule::Select:
       return compute;
   }
   return compute;

@@ -78,6 +78,10 @@ CASES = [
      ["silu", "needs a 'doc' sentence"]),
     ("a doc on a row with no generated API", set_row("relu", doc="Rectifier."),
      ["relu", "'doc' documents a generated API"]),
+    ("a Select rule on a binary op", set_row("add", rule="Select"),
+     ["add", "rule Select is for Ternary ops"]),
+    ("a Cast rule that does not read the dtype", drop_key("cast", "reads"),
+     ["cast", "rule Cast reads the 'dtype' attribute"]),
 ]
 
 
