@@ -43,7 +43,9 @@ void sum_products(Graph& g);
 // Canonical forms the executor prefers: view ops that change nothing are dropped (their uses
 // read the input); a contiguous() copy feeding only matmuls, of a value nobody writes later, is
 // dropped (GEMMs read transposed operands through their layout flags); a same-dtype cast of a
-// value that is dead afterwards and never written aliases its source instead of copying.
+// value that is dead afterwards and never written aliases its source instead of copying; so does
+// one that only becomes a parameter's gradient, when the source's memory is exactly the copy's
+// and no other gradient or output holds it (the parameter then holds the source's memory).
 void canonicalize(Graph& g);
 
 // Groups nodes the executor runs as one unit (Graph::groups, Node::group): pointwise chains of

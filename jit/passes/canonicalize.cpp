@@ -1,6 +1,7 @@
 // Canonical forms: views that change nothing disappear, chained reshapes read the original,
 // and same-dtype copies (clone/contiguous) disappear where the copy is unobservable and every
-// consumer reads any layout (pointwise kernels; GEMMs take transposed operands as flags).
+// consumer reads any layout (pointwise kernels; GEMMs take transposed operands as flags), or
+// where the copy only becomes a parameter's gradient and the parameter can hold the original.
 #include <vector>
 
 #include "core/dispatch.h"
@@ -12,6 +13,21 @@ namespace {
 bool same_layout(const Value& a, const Value& b) {
   return a.shape == b.shape && a.strides == b.strides && a.offset == b.offset &&
          a.dtype == b.dtype && a.device == b.device;
+}
+
+// Whether the caller holds `v`'s memory only as gradients: `v` owns its memory, is not returned,
+// and the gradient effects reading it name `v` itself (not a view of it).
+bool gives_grad_only(const Graph& g, ValueId v) {
+  if (g.values[v].root != v) return false;
+  for (ValueId o : g.outputs)
+    if (g.values[o].root == v) return false;
+  int effects = 0;
+  for (const GradEffect& e : g.grad_effects) {
+    if (e.value == kNoValue || g.values[e.value].root != v) continue;
+    if (e.value != v) return false;
+    ++effects;
+  }
+  return effects > 0;
 }
 
 // Row-major dense from offset 0 (strides of size-1 dims do not matter for addressing).
@@ -155,11 +171,26 @@ void canonicalize(Graph& g) {
     if (ov.dtype != xv.dtype || n.attrs.dtype != xv.dtype || ov.device != xv.device) continue;
     const ValueId xr = xv.root;
     const ValueKind xrk = g.values[xr].kind;
-    // The copy is unobservable only if neither side changes afterwards and nobody outside the
-    // replay holds the copy; inputs and state keep their copies (their memory is the caller's).
-    if (last_write[out] >= 0 || last_write[xr] > static_cast<int64_t>(i) || returned[out] ||
+    if (last_write[out] >= 0 || last_write[xr] > static_cast<int64_t>(i) ||
         xrk == ValueKind::Input || xrk == ValueKind::State)
       continue;
+    if (returned[out]) {
+      // A gradient that is a copy of an intermediate (autograd copies a gradient that is a view,
+      // or that other nodes read): the parameter can hold the intermediate's memory instead,
+      // when that memory is the copy's exact bytes, nothing writes it afterwards, and no other
+      // gradient or output holds it. A second copy of the same memory stays a copy.
+      if (!gives_grad_only(g, out) || returned[xr] || xrk != ValueKind::Node ||
+          !dense_at_zero(xv) || xv.numel() != g.values[xr].numel())
+        continue;
+      g.replace_uses(out, x);
+      mark(x);
+      dead[i] = true;
+      any = true;
+      continue;
+    }
+    // Otherwise the copy is unobservable only if neither side changes afterwards and nobody
+    // outside the replay holds the copy; inputs and state keep their copies (their memory is the
+    // caller's).
     bool ok = dense_at_zero(xv);
     if (!ok) {
       ok = true;

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/factory.h"
-#include "jit/passes.h"
 #include "graph_builders.h"
+#include "jit/passes.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -477,6 +477,49 @@ TEST_CASE("jit canonicalize drops identity views and removable copies", "[jit]")
   CHECK(count_op(g, OpId::permute) == 1);  // et
 }
 
+TEST_CASE("jit canonicalize lets a parameter hold an intermediate instead of its copy", "[jit]") {
+  // Autograd copies a gradient that is a view (a BatchNorm bias's sum over N, H, W viewed as
+  // [C]) or that other nodes read; the copy is needed only where the memory is not the copy's
+  // exact bytes, is written later, or is already held by another gradient or an output.
+  Graph g;
+  const ValueId x = g.add_input(zeros({2, 4, 3, 3}), 0);
+  std::vector<ValueId> params;
+  for (int i = 0; i < 6; ++i) params.push_back(g.add_state(zeros({4})));
+  Attrs keep = dims_attrs({0, 2, 3});
+  keep.keepdim = true;
+  const ValueId s = g.append(OpId::sum, {g.append(OpId::exp, {x})}, keep);  // [1, 4, 1, 1]
+  const ValueId sv = g.append(OpId::view, {s}, shape_attrs({4}));
+  const ValueId c1 = g.append(OpId::cast, {sv});  // elided: the parameter holds s
+  const ValueId c2 = g.append(OpId::cast, {sv});  // kept: s is the first gradient's now
+  const ValueId read = g.append(OpId::neg, {s});  // s read after the copies: fine
+  // a copy of part of a buffer: kept (the gradient would pin, and expose, the rest)
+  const ValueId wide = g.append(OpId::exp, {g.append(OpId::view, {x}, shape_attrs({72}))});
+  Attrs part;
+  part.dim = 0;
+  part.start = 0;
+  part.end = 4;
+  const ValueId c3 = g.append(OpId::cast, {g.append(OpId::slice, {wide}, part)});
+  // a copy of an intermediate written afterwards: kept
+  const ValueId t = g.append(OpId::exp, {sv});
+  const ValueId c4 = g.append(OpId::cast, {t});
+  write_inplace(g, OpId::add, {t, t}, t);
+  // a copy of an intermediate that is also returned: kept
+  const ValueId u = g.append(OpId::sigmoid, {sv});
+  const ValueId c5 = g.append(OpId::cast, {u});
+  // a copy of a parameter: kept (its memory is the caller's)
+  const ValueId c6 = g.append(OpId::cast, {params[5]});
+  g.outputs = {read, t, u};
+  const std::vector<ValueId> grads = {c1, c2, c3, c4, c5, c6};
+  for (int i = 0; i < 6; ++i) g.grad_effects.push_back({g.values[params[i]].slot, grads[i]});
+
+  canonicalize(g);
+  eliminate_dead_code(g);
+  check_producers(g);
+  CHECK(g.grad_effects[0].value == sv);
+  for (int i = 1; i < 6; ++i) CHECK(g.grad_effects[i].value == grads[i]);
+  CHECK(count_op(g, OpId::cast) == 5);
+}
+
 TEST_CASE("jit fuse groups the MLP step", "[jit]") {
   Mlp net;
   Graph& g = net.g;
@@ -721,8 +764,9 @@ TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
 
   const std::vector<PassReport> r = optimize(g);
   REQUIRE(r.size() == 9);
-  const char* names[] = {"dce",          "cse",          "fold", "batch_products", "slice_sums",
-                         "sum_products", "canonicalize", "dce",  "fuse"};
+  const char* names[] = {"dce",        "cse",          "fold",         "batch_products",
+                         "slice_sums", "sum_products", "canonicalize", "dce",
+                         "fuse"};
   for (size_t i = 0; i < r.size(); ++i) {
     CHECK(r[i].pass == names[i]);
     CHECK(r[i].nodes_after <= r[i].nodes_before);
@@ -734,6 +778,6 @@ TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
   CHECK(r.back().nodes_after == g.live_node_count());
   check_producers(g);
   CHECK(count_op(g, OpId::permute) == 4);  // W1t, W2t, dOt, dHt
-  CHECK(g.groups.size() == 3);  // two GEMM epilogues, the relu-backward reduction
+  CHECK(g.groups.size() == 3);             // two GEMM epilogues, the relu-backward reduction
   check_plan(g, plan_memory(g, false), false);
 }
