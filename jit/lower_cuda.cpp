@@ -134,13 +134,16 @@ void precompile_cuda_lowerings(const Graph& g, const std::vector<int32_t>& group
   }
   if (dev < 0 || sources.size() < 2) return;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t before = rtc::precompile_stats().compiled;
+  const rtc::PrecompileStats before = rtc::precompile_stats();
   rtc::precompile(sources, dev, disk_store());
   if (log_enabled(Log::perf)) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    log(Log::perf, "precompiled " + std::to_string(rtc::precompile_stats().compiled - before) +
-                       " of " + std::to_string(sources.size()) + " generated kernels on up to " +
+    const rtc::PrecompileStats after = rtc::precompile_stats();
+    log(Log::perf, "precompiled " + std::to_string(after.compiled - before.compiled) +
+                       " (and read " + std::to_string(after.from_store - before.from_store) +
+                       " from the disk cache) of " + std::to_string(sources.size()) +
+                       " generated kernels on up to " +
                        std::to_string(rtc::default_compile_threads()) + " threads in " +
                        std::to_string(ms) + " ms");
   }

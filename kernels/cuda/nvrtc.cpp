@@ -102,10 +102,12 @@ std::unordered_map<std::string, Loaded>& modules() {
   return *m;
 }
 
-// Binaries precompile() made, by cache key, until fetch_or_compile takes them.
+// Binaries precompile() made or read from the store, by cache key, until fetch_or_compile takes
+// them.
 struct Ahead {
   std::string source;  // compared on a hit, as for loaded modules
   Binary binary;
+  Origin origin = Origin::Compiled;
 };
 std::mutex& ahead_mutex() {
   static std::mutex m;
@@ -115,15 +117,16 @@ std::unordered_map<std::string, Ahead>& ahead() {
   static auto* m = new std::unordered_map<std::string, Ahead>();
   return *m;
 }
-std::atomic<int64_t> g_ahead_compiled{0}, g_ahead_taken{0}, g_ahead_dropped{0};
-std::optional<Binary> take_ahead(const std::string& key, std::string_view source) {
+std::atomic<int64_t> g_ahead_compiled{0}, g_ahead_from_store{0}, g_ahead_taken{0},
+    g_ahead_dropped{0};
+std::optional<Ahead> take_ahead(const std::string& key, std::string_view source) {
   std::lock_guard<std::mutex> lock(ahead_mutex());
   auto it = ahead().find(key);
   if (it == ahead().end() || it->second.source != source) return std::nullopt;
-  Binary b = std::move(it->second.binary);
+  Ahead a = std::move(it->second);
   ahead().erase(it);
   ++g_ahead_taken;
-  return b;
+  return a;
 }
 
 cudaError_t load_library(cudaLibrary_t* lib, const Binary& b) {
@@ -238,9 +241,9 @@ const char* origin_name(Origin o) {
 Binary fetch_or_compile(std::string_view source, int arch, std::string_view tag, BinaryStore* store,
                         Origin* origin) {
   const std::string key = cache_key(source, arch, tag);
-  if (std::optional<Binary> b = take_ahead(key, source)) {  // compiled by precompile()
-    if (origin) *origin = Origin::Compiled;
-    return std::move(*b);
+  if (std::optional<Ahead> a = take_ahead(key, source)) {  // from precompile()
+    if (origin) *origin = a->origin;
+    return std::move(a->binary);
   }
   if (store) {
     if (std::optional<std::string> bytes = store->load(key)) {
@@ -277,6 +280,7 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
     std::string key;
     Binary binary;
     bool ok = false;
+    bool from_store = false;
   };
   std::vector<Job> jobs;
   {
@@ -287,14 +291,9 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
       if (modules().count(key) || ahead().count(key)) continue;
       if (std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.key == key; }))
         continue;
-      jobs.push_back({&s, std::move(key), {}, false});
+      jobs.push_back({&s, std::move(key), {}, false, false});
     }
   }
-  // What the store holds is loaded from it by get_module, as without precompile().
-  if (store)
-    jobs.erase(std::remove_if(jobs.begin(), jobs.end(),
-                              [&](const Job& j) { return store->load(j.key).has_value(); }),
-               jobs.end());
   if (threads == 0) threads = default_compile_threads();
   threads = static_cast<unsigned>(std::min<size_t>(threads, jobs.size()));
   // One thread gains nothing over compiling in get_module.
@@ -304,6 +303,15 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       Job& j = jobs[i];
       try {
+        // What the store holds is read here, side by side too, and kept: get_module then takes
+        // it instead of reading it again.
+        if (store) {
+          if (std::optional<std::string> bytes = store->load(j.key)) {
+            j.binary = {std::move(*bytes), target_for(arch).ptx};
+            j.ok = j.from_store = true;
+            continue;
+          }
+        }
         j.binary = compile(j.src->source, arch, j.src->tag + ".cu");
         j.ok = true;
       } catch (const std::exception&) {
@@ -324,10 +332,11 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
   for (std::thread& t : pool) t.join();
   for (Job& j : jobs) {
     if (!j.ok) continue;
-    if (store) store->store(j.key, j.binary.bytes);
+    if (store && !j.from_store) store->store(j.key, j.binary.bytes);
     std::lock_guard<std::mutex> lock(ahead_mutex());
-    ahead().insert_or_assign(j.key, Ahead{j.src->source, std::move(j.binary)});
-    ++g_ahead_compiled;
+    ahead().insert_or_assign(j.key, Ahead{j.src->source, std::move(j.binary),
+                                          j.from_store ? Origin::Store : Origin::Compiled});
+    ++(j.from_store ? g_ahead_from_store : g_ahead_compiled);
   }
 }
 
@@ -338,7 +347,8 @@ void drop_precompiled() {
 }
 
 PrecompileStats precompile_stats() {
-  return {g_ahead_compiled.load(), g_ahead_taken.load(), g_ahead_dropped.load()};
+  return {g_ahead_compiled.load(), g_ahead_from_store.load(), g_ahead_taken.load(),
+          g_ahead_dropped.load()};
 }
 
 Module get_module(std::string_view source, std::string_view tag,

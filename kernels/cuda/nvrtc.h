@@ -70,21 +70,22 @@ struct KernelSource {
 // get_module call, as without precompile), else one per hardware thread. A malformed value is an
 // ember::Error naming it.
 unsigned default_compile_threads();
-// Compiles, on up to `threads` threads at once (0: default_compile_threads()), the sources for
-// `dev` that are neither loaded in this process nor in `store`, and keeps the binaries (and puts
-// them in `store`) for the get_module calls that follow: a compiled step's generated kernels are
-// compiled side by side instead of one by one as its lowerings are built. A source that does not
-// compile is skipped here (its get_module call reports the error). Needs no GPU beyond asking
-// `dev`'s architecture.
+// Reads from `store`, or else compiles (and puts in `store`), on up to `threads` threads at once
+// (0: default_compile_threads()), the binaries of the sources for `dev` not loaded in this
+// process, and keeps them for the get_module calls that follow: a compiled step's generated
+// kernels are compiled side by side instead of one by one as its lowerings are built, and a
+// stored binary is read once. A source that does not compile is skipped here (its get_module
+// call reports the error). Needs no GPU beyond asking `dev`'s architecture.
 void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* store,
                 unsigned threads = 0);
 // Drops what precompile() kept and no get_module call took (a lowering that generated another
 // source after all).
 void drop_precompiled();
-// Process-wide counts, for logs and tests: binaries precompile() compiled, those a
-// get_module / fetch_or_compile call then took, those drop_precompiled() discarded.
+// Process-wide counts, for logs and tests: binaries precompile() compiled, those it read from
+// the store, those (of either) a get_module / fetch_or_compile call then took, those
+// drop_precompiled() discarded.
 struct PrecompileStats {
-  int64_t compiled = 0, taken = 0, dropped = 0;
+  int64_t compiled = 0, from_store = 0, taken = 0, dropped = 0;
 };
 PrecompileStats precompile_stats();
 

@@ -8,7 +8,10 @@
 
 #include <chrono>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/factory.h"
@@ -28,6 +31,22 @@ std::string nonce() {
   return std::to_string(getpid()) + "_" +
          std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 }
+
+// An in-memory BinaryStore that counts its reads and writes.
+struct StoreCounter final : rtc::BinaryStore {
+  std::map<std::string, std::string> map;
+  int loads = 0, stores = 0;
+  std::optional<std::string> load(const std::string& key) override {
+    ++loads;
+    auto it = map.find(key);
+    if (it == map.end()) return std::nullopt;
+    return it->second;
+  }
+  void store(const std::string& key, std::string_view bytes) override {
+    ++stores;
+    map[key] = std::string(bytes);
+  }
+};
 
 }  // namespace
 
@@ -78,6 +97,26 @@ TEST_CASE("nvrtc precompile: compiled side by side, then taken by get_module",
   CHECK_THROWS_WITH(rtc::get_module(bad[0].source, tag, names, dev, nullptr),
                     Catch::Contains("does not compile"));
 
+  // A binary the store holds is read once, by precompile, and get_module takes what it read.
+  StoreCounter store;
+  const rtc::KernelSource stored = {
+      "extern \"C\" __global__ void k(float* o) { o[threadIdx.x] = 9.0f; }  // s " + n, tag};
+  const rtc::KernelSource fresh = {
+      "extern \"C\" __global__ void k(float* o) { o[threadIdx.x] = 10.0f; }  // f " + n, tag};
+  store.map[rtc::cache_key(stored.source, arch, tag)] =
+      rtc::compile(stored.source, arch, "s.cu").bytes;
+  const rtc::PrecompileStats s2 = rtc::precompile_stats();
+  rtc::precompile(std::vector<rtc::KernelSource>{stored, fresh}, dev, &store, 2);
+  const rtc::PrecompileStats s3 = rtc::precompile_stats();
+  CHECK(s3.from_store - s2.from_store == 1);
+  CHECK(s3.compiled - s2.compiled == 1);
+  CHECK(store.stores == 1);  // the fresh one; the stored one is not written back
+  const int loads = store.loads;
+  CHECK(rtc::get_module(stored.source, tag, names, dev, &store).origin == rtc::Origin::Store);
+  CHECK(rtc::get_module(fresh.source, tag, names, dev, &store).origin == rtc::Origin::Compiled);
+  CHECK(store.loads == loads);  // get_module read nothing again
+  CHECK(rtc::precompile_stats().taken - s3.taken == 2);
+
   // Kept and never asked for: dropped.
   const std::vector<rtc::KernelSource> spare = {
       {"extern \"C\" __global__ void k(float* o) { o[0] = 7.0f; }  // a " + n, tag},
@@ -113,7 +152,7 @@ TEST_CASE("a compiled step's generated kernels are compiled ahead, each taken by
   INFO("compiled ahead " << s1.compiled - s0.compiled << ", taken " << s1.taken - s0.taken
                          << ", dropped " << s1.dropped - s0.dropped);
   CHECK(s1.compiled - s0.compiled >= 2);
-  CHECK(s1.taken - s0.taken == s1.compiled - s0.compiled);
+  CHECK(s1.taken - s0.taken == (s1.compiled - s0.compiled) + (s1.from_store - s0.from_store));
   CHECK(s1.dropped == s0.dropped);
   CHECK(compiled.stats().replays >= 1);
   const std::vector<double> want = test::read(f(x, y));
