@@ -6,11 +6,16 @@
 // Per call: the mean of 200 back-to-back calls between two synchronizes (so launch gaps count),
 // and one call alone after a synchronize.
 //   small_gemm_time
+//   small_gemm_time --sweep   every kernel that fits (small_gemm_fits) and cuBLASLt on a grid of
+//                             shapes, layouts and dtypes, as CSV: the data a cost function for
+//                             small_gemm_kind is fitted to (bench/NOTES.md)
 #include <ember/ember.h>
 
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda/gemm_epilogue.h"
 #include "kernels/cuda/small_gemm.h"
@@ -42,12 +47,58 @@ double us_per_call(const std::function<void()>& f, int reps) {
 
 }  // namespace
 
-int main() {
+// The sweep: M x N x K over sizes the workloads have, three layouts (A B, A B^T as a Linear's
+// forward reads its weight, A^T B as its weight gradient reads), float32 and bfloat16; one CSV
+// row per kernel timed, the back-to-back mean of 200 calls, and which kernel small_gemm_kind
+// picks today.
+int sweep(const Device& dev) {
+  const std::vector<kc::SmallGemmKind> kinds = {kc::SmallGemmKind::SmallK,
+                                                kc::SmallGemmKind::SmallN, kc::SmallGemmKind::Tiled,
+                                                kc::SmallGemmKind::Thin};
+  std::printf("dtype,m,n,k,layout,kernel,us,chosen\n");
+  for (DType t : {kFloat32, kBFloat16})
+    for (int64_t m : {10, 64, 256, 1024, 4096, 8192})
+      for (int64_t n : {10, 16, 64, 128, 512, 1024})
+        for (int64_t k : {10, 16, 64, 256, 784, 4096, 8192})
+          for (const char* layout : {"nn", "nt", "tn"}) {
+            const std::string l = layout;
+            const TensorOptions o = TensorOptions(t).device(dev);
+            const Tensor a = l == "tn" ? randn({k, m}, o).t() : randn({m, k}, o);
+            const Tensor b = l == "nt" ? randn({n, k}, o).t() : randn({k, n}, o);
+            Tensor d = empty({m, n}, o);
+            kc::GemmCall c;
+            c.device = dev.index;
+            c.dtype = t;
+            c.a = matrix(a);
+            c.b = matrix(b);
+            c.d = d.raw_data();
+            const kc::SmallGemmKind chosen = kc::small_gemm_kind(t, c.a, c.b);
+            auto row = [&](const char* kernel, double us) {
+              std::printf("%s,%lld,%lld,%lld,%s,%s,%.2f,%s\n", dtype_name(t).data(),
+                          static_cast<long long>(m), static_cast<long long>(n),
+                          static_cast<long long>(k), layout, kernel, us,
+                          kc::small_gemm_name(chosen));
+            };
+            // Fewer calls for the large products (which no small kernel wins), so the sweep
+            // stays within minutes.
+            const int64_t mnk = m * n * k;
+            const int reps = mnk <= (int64_t{1} << 28) ? 200 : 10;
+            row("cublaslt", us_per_call([&] { kc::gemm_epilogue(c); }, reps));
+            if (mnk > (int64_t{1} << 31)) continue;
+            for (kc::SmallGemmKind kind : kinds)
+              if (kc::small_gemm_fits(kind, t, c.a, c.b))
+                row(kc::small_gemm_name(kind), us_per_call([&] { kc::small_gemm(c, kind); }, reps));
+          }
+  return 0;
+}
+
+int main(int argc, char** argv) {
   if (!cuda::is_available()) {
     std::printf("no CUDA device\n");
     return 0;
   }
   const Device dev = Device::cuda(0);
+  if (argc > 1 && std::string(argv[1]) == "--sweep") return sweep(dev);
   auto time_problem = [&](const char* name, const Tensor& a, const Tensor& bm) {
     Tensor d = empty({a.size(0), bm.size(1)}, TensorOptions(dev));
     kc::GemmCall c;

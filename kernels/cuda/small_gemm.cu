@@ -288,7 +288,10 @@ void launch(const GemmCall& c, SmallGemmKind kind) {
 
 }  // namespace
 
-void small_gemm(const GemmCall& c) {
+namespace {
+
+// What any small_gemm call needs, checked before the kernel is chosen.
+void check_call(const GemmCall& c) {
   const char* epi = gemm_epilogue_name(c.epilogue);
   EMBER_CHECK(c.epilogue == GemmEpilogue::None || c.epilogue == GemmEpilogue::Bias ||
                   c.epilogue == GemmEpilogue::ReluBias,
@@ -300,15 +303,40 @@ void small_gemm(const GemmCall& c) {
   EMBER_CHECK(c.a.rows >= 0 && c.a.cols >= 0 && c.b.cols >= 0 && c.a.cols == c.b.rows,
               "small_gemm ", epi, ": operands [", c.a.rows, ",", c.a.cols, "] x [", c.b.rows, ",",
               c.b.cols, "] do not multiply");
+}
+
+void run(const GemmCall& c, SmallGemmKind kind);
+
+}  // namespace
+
+void small_gemm(const GemmCall& c) {
+  check_call(c);
   const SmallGemmKind kind = small_gemm_kind(c.dtype, c.a, c.b);
-  EMBER_CHECK(kind != SmallGemmKind::None, "small_gemm ", epi, ": [", c.a.rows, ",", c.a.cols,
-              "] x [", c.b.rows, ",", c.b.cols, "] with A strides (", c.a.row_stride, ",",
-              c.a.col_stride, ") and B strides (", c.b.row_stride, ",", c.b.col_stride,
-              ") is not a small problem (K <= ", kSmallGemmMaxK, ", or N <= ", kSmallGemmMaxN,
-              " with K <= ", kSmallGemmMaxNK,
+  EMBER_CHECK(kind != SmallGemmKind::None, "small_gemm ", gemm_epilogue_name(c.epilogue), ": [",
+              c.a.rows, ",", c.a.cols, "] x [", c.b.rows, ",", c.b.cols, "] with A strides (",
+              c.a.row_stride, ",", c.a.col_stride, ") and B strides (", c.b.row_stride, ",",
+              c.b.col_stride, ") is not a small problem (K <= ", kSmallGemmMaxK,
+              ", or N <= ", kSmallGemmMaxN, " with K <= ", kSmallGemmMaxNK,
               " and A's rows contiguous, or float32 with M N K <= ", kTiledGemmMaxMNK,
               " and a unit stride in each operand, or float32 with M <= ", kThinGemmMaxM,
               ", B's rows contiguous and N a multiple of 4)");
+  run(c, kind);
+}
+
+void small_gemm(const GemmCall& c, SmallGemmKind kind) {
+  check_call(c);
+  EMBER_CHECK(kind != SmallGemmKind::None && small_gemm_fits(kind, c.dtype, c.a, c.b),
+              "small_gemm ", gemm_epilogue_name(c.epilogue), ": the ", small_gemm_name(kind),
+              " kernel does not take [", c.a.rows, ",", c.a.cols, "] x [", c.b.rows, ",", c.b.cols,
+              "] ", dtype_name(c.dtype), " with A strides (", c.a.row_stride, ",", c.a.col_stride,
+              ") and B strides (", c.b.row_stride, ",", c.b.col_stride, ")");
+  run(c, kind);
+}
+
+namespace {
+
+void run(const GemmCall& c, SmallGemmKind kind) {
+  const char* epi = gemm_epilogue_name(c.epilogue);
   EMBER_CHECK(c.ld_d == 0 || c.a.rows <= 1 || c.ld_d >= c.b.cols, "small_gemm ", epi,
               ": output ld ", c.ld_d, " < N = ", c.b.cols);
   if (c.a.rows == 0 || c.b.cols == 0) return;
@@ -331,5 +359,7 @@ void small_gemm(const GemmCall& c) {
       return;
   }
 }
+
+}  // namespace
 
 }  // namespace ember::kernels::cuda

@@ -7,6 +7,7 @@
 // (kernels/cuda/matmul.cu) and the JIT's GEMM lowering (jit/lower_gemm_cuda.cpp), which both
 // come here for such shapes, agree bit for bit. No CUDA types here, so jit/ can include it; the
 // rule is inline so that host code (and its test) needs no CUDA build.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -48,31 +49,49 @@ inline constexpr int64_t kThinGemmMaxM = 16;
 inline constexpr int64_t kThinGemmMaxMN = int64_t{1} << 18;
 inline constexpr int64_t kSmallGemm16MaxM = 4096;
 
+// Whether kernel `k` can compute D = A B for these operands at all: its dtypes, layouts and the
+// sizes its templates and grids hold (K or N a template constant, M a template constant for
+// Thin, grid.y for Tiled), whether or not it would be faster than cuBLASLt. None always fits.
+inline bool small_gemm_fits(SmallGemmKind k, DType dtype, const GemmMatrix& a,
+                            const GemmMatrix& b) {
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
+  const bool f32 = dtype == kFloat32, f64 = dtype == kFloat64;
+  const bool f16 = dtype == kFloat16 || dtype == kBFloat16;
+  switch (k) {
+    case SmallGemmKind::None:
+      return true;
+    case SmallGemmKind::SmallK:
+      if (K > kSmallGemmMaxK) return false;
+      return f32 || f64 || (f16 && b.col_stride == 1 && N % 4 == 0 && b.row_stride % 4 == 0);
+    case SmallGemmKind::SmallN:
+      if (N > kSmallGemmMaxN) return false;
+      if (f32 || f64) return a.col_stride == 1 || K == 1;
+      return f16 && K % 4 == 0 && a.col_stride == 1 && a.row_stride % 4 == 0 && b.row_stride == 1 &&
+             b.col_stride % 4 == 0;
+    case SmallGemmKind::Tiled:
+      return f32 && M <= kTiledGemmMaxDim && N <= kTiledGemmMaxDim &&
+             (a.col_stride == 1 || a.row_stride == 1) && (b.row_stride == 1 || b.col_stride == 1);
+    case SmallGemmKind::Thin:
+      return (f32 || f16) && M <= kThinGemmMaxM && M * N <= kThinGemmMaxMN && N % 4 == 0 &&
+             b.col_stride == 1 && (b.row_stride % 4 == 0 || K == 1);
+  }
+  return false;
+}
+
+// The kernel to use: the first of SmallK, SmallN, Tiled, Thin that fits and is within the size
+// where it was measured to beat cuBLASLt (bench/NOTES.md), else None.
 inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const GemmMatrix& b) {
   const int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (dtype == kFloat16 || dtype == kBFloat16) {
-    if (M < kSmallGemm16MaxM && K <= kSmallGemmMaxK && b.col_stride == 1 && N % 4 == 0 &&
-        b.row_stride % 4 == 0)
-      return SmallGemmKind::SmallK;
-    if (M < kSmallGemm16MaxM && N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && K % 4 == 0 &&
-        a.col_stride == 1 && a.row_stride % 4 == 0 && b.row_stride == 1 && b.col_stride % 4 == 0)
-      return SmallGemmKind::SmallN;
-    if (M <= kThinGemmMaxM && M * N <= kThinGemmMaxMN && N % 4 == 0 && b.col_stride == 1 &&
-        (b.row_stride % 4 == 0 || K == 1))
-      return SmallGemmKind::Thin;
-    return SmallGemmKind::None;
-  }
-  if (dtype != kFloat32 && dtype != kFloat64) return SmallGemmKind::None;
-  if (K <= kSmallGemmMaxK) return SmallGemmKind::SmallK;
-  if (N <= kSmallGemmMaxN && K <= kSmallGemmMaxNK && (a.col_stride == 1 || K == 1))
+  const bool f16 = dtype == kFloat16 || dtype == kBFloat16;
+  if (!(f16 && M >= kSmallGemm16MaxM) && small_gemm_fits(SmallGemmKind::SmallK, dtype, a, b))
+    return SmallGemmKind::SmallK;
+  if (!(f16 && M >= kSmallGemm16MaxM) && K <= kSmallGemmMaxNK &&
+      small_gemm_fits(SmallGemmKind::SmallN, dtype, a, b))
     return SmallGemmKind::SmallN;
-  if (dtype == kFloat32 && M <= kTiledGemmMaxDim && N <= kTiledGemmMaxDim &&
-      M * N <= kTiledGemmMaxMNK / K && (a.col_stride == 1 || a.row_stride == 1) &&
-      (b.row_stride == 1 || b.col_stride == 1))
+  if (M * N <= kTiledGemmMaxMNK / std::max<int64_t>(K, 1) &&
+      small_gemm_fits(SmallGemmKind::Tiled, dtype, a, b))
     return SmallGemmKind::Tiled;
-  if (dtype == kFloat32 && M <= kThinGemmMaxM && M * N <= kThinGemmMaxMN && N % 4 == 0 &&
-      b.col_stride == 1 && (b.row_stride % 4 == 0 || K == 1))
-    return SmallGemmKind::Thin;
+  if (small_gemm_fits(SmallGemmKind::Thin, dtype, a, b)) return SmallGemmKind::Thin;
   return SmallGemmKind::None;
 }
 
@@ -100,5 +119,8 @@ inline const char* small_gemm_name(SmallGemmKind k) {
 // (safe under CUDA-graph capture); Thin keeps its partial products in the cuBLASLt workspace
 // (kernels/cuda/runtime.h), which its first call creates if no GEMM did before.
 void small_gemm(const GemmCall& call);
+// The same with kernel `kind` instead of small_gemm_kind's choice (tools/small_gemm_time times
+// every kernel that fits against cuBLASLt): an ember::Error unless small_gemm_fits(kind, ...).
+void small_gemm(const GemmCall& call, SmallGemmKind kind);
 
 }  // namespace ember::kernels::cuda

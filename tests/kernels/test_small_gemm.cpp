@@ -138,6 +138,53 @@ TEST_CASE("small_gemm_kind picks the kernel from shapes, strides and dtype", "[k
   CHECK(std::string(kc::small_gemm_name(K::Tiled)) == "tiled");
 }
 
+TEST_CASE("small_gemm_fits: what each kernel can run, apart from what small_gemm_kind picks",
+          "[kernels]") {
+  using K = kc::SmallGemmKind;
+  // Within the kernels' limits but past where they were measured to win: fits, not picked.
+  CHECK(kc::small_gemm_fits(K::SmallK, kBFloat16, row_major(8192, 10), row_major(10, 512)));
+  CHECK(kc::small_gemm_kind(kBFloat16, row_major(8192, 10), row_major(10, 512)) == K::None);
+  CHECK(kc::small_gemm_fits(K::Tiled, kFloat32, row_major(65, 1024), row_major(1024, 512)));
+  CHECK(kc::small_gemm_kind(kFloat32, row_major(65, 1024), row_major(1024, 512)) == K::None);
+  CHECK(kc::small_gemm_fits(K::SmallN, kFloat32, row_major(5, 4097), row_major(4097, 16)));
+  CHECK(kc::small_gemm_fits(K::Tiled, kFloat32, row_major(5, 16), row_major(16, 100)));  // SmallK's
+  // The kernels' own limits: template constants, grid sizes, layouts, dtypes.
+  CHECK_FALSE(kc::small_gemm_fits(K::SmallK, kFloat32, row_major(5, 17), row_major(17, 4)));
+  CHECK_FALSE(kc::small_gemm_fits(K::SmallN, kFloat32, row_major(5, 4), row_major(4, 17)));
+  CHECK_FALSE(kc::small_gemm_fits(K::SmallN, kFloat32, transposed(5, 8), row_major(8, 4)));
+  CHECK_FALSE(kc::small_gemm_fits(K::SmallN, kBFloat16, row_major(5, 510), transposed(510, 4)));
+  CHECK_FALSE(kc::small_gemm_fits(K::Tiled, kFloat64, row_major(5, 17), row_major(17, 17)));
+  CHECK_FALSE(kc::small_gemm_fits(K::Tiled, kFloat32, mat(5, 17, 34, 2), row_major(17, 17)));
+  CHECK_FALSE(kc::small_gemm_fits(K::Tiled, kFloat32, transposed((int64_t{1} << 20) + 1, 17),
+                                  row_major(17, 1)));
+  CHECK_FALSE(kc::small_gemm_fits(K::Thin, kFloat32, transposed(17, 8192), row_major(8192, 512)));
+  CHECK_FALSE(kc::small_gemm_fits(K::Thin, kFloat64, transposed(10, 8192), row_major(8192, 512)));
+  CHECK_FALSE(kc::small_gemm_fits(K::Thin, kFloat32, transposed(10, 8192), row_major(8192, 514)));
+  for (K k : {K::SmallK, K::SmallN, K::Tiled, K::Thin})
+    CHECK_FALSE(kc::small_gemm_fits(k, kInt32, row_major(4, 4), row_major(4, 4)));
+  CHECK(kc::small_gemm_fits(K::None, kInt32, row_major(4, 4), row_major(4, 4)));
+  // What small_gemm_kind picks always fits, over shapes, layouts and dtypes.
+  int64_t picked = 0;
+  for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64})
+    for (int64_t m : {1, 5, 16, 17, 64, 4096, 8192})
+      for (int64_t k : {0, 1, 4, 10, 16, 17, 512, 4096, 4097})
+        for (int64_t n : {1, 4, 10, 16, 17, 512})
+          for (int la = 0; la < 3; ++la)
+            for (int lb = 0; lb < 3; ++lb) {
+              const kc::GemmMatrix a = la == 0   ? row_major(m, k)
+                                       : la == 1 ? transposed(m, k)
+                                                 : mat(m, k, 2 * k + 2, 2);
+              const kc::GemmMatrix b = lb == 0   ? row_major(k, n)
+                                       : lb == 1 ? transposed(k, n)
+                                                 : mat(k, n, 2 * n + 6, 2);
+              const K chosen = kc::small_gemm_kind(t, a, b);
+              picked += chosen != K::None;
+              INFO(dtype_name(t) << " " << m << "x" << k << "x" << n << " layouts " << la << lb);
+              CHECK(kc::small_gemm_fits(chosen, t, a, b));
+            }
+  CHECK(picked > 0);
+}
+
 #if defined(EMBER_WITH_CUDA)
 
 TEST_CASE("small_gemm rejects bad calls before queuing anything", "[kernels]") {
@@ -163,6 +210,10 @@ TEST_CASE("small_gemm rejects bad calls before queuing anything", "[kernels]") {
   c.a = row_major(8192, 784);
   c.b = transposed(784, 512);  // no small kernel takes it
   CHECK_THROWS_WITH(kc::small_gemm(c), Catch::Contains("not a small problem"));
+  // A kernel named by the caller must fit the problem.
+  CHECK_THROWS_WITH(kc::small_gemm(c, kc::SmallGemmKind::SmallK),
+                    Catch::Contains("small-K kernel does not take [8192,784] x [784,512] float32"));
+  CHECK_THROWS_WITH(kc::small_gemm(c, kc::SmallGemmKind::None), Catch::Contains("none kernel"));
   c.a = row_major(5, 4);
   c.b = row_major(4, 6);
   c.ld_d = 3;  // < N
@@ -394,6 +445,42 @@ TEST_CASE("eager mm on small shapes matches a float64 product", "[kernels][cuda]
           CHECK(written == 0);
         }
     }
+}
+
+TEST_CASE("every small kernel that fits a problem computes it, picked or not", "[kernels][cuda]") {
+  // small_gemm(call, kind) is how tools/small_gemm_time times the kernels small_gemm_kind does
+  // not pick: each must be right wherever small_gemm_fits says it runs.
+  EMBER_REQUIRE_CUDA();
+  manual_seed(53);
+  set_allow_tf32(false);
+  using K = kc::SmallGemmKind;
+  int64_t ran = 0;
+  for (DType t : {kFloat32, kBFloat16})
+    for (const Mkn& s : kShapes) {
+      const std::vector<double> va = rounded(random_values(s.m * s.k, -1, 1), t);
+      const std::vector<double> vb = rounded(random_values(s.k * s.n, -1, 1), t);
+      for (Layout la : {Layout::Rows, Layout::Transposed})
+        for (Layout lb : {Layout::Rows, Layout::Transposed}) {
+          const Tensor a = operand(va, s.m, s.k, t, la), b = operand(vb, s.k, s.n, t, lb);
+          const kc::GemmMatrix ma = matrix_of(a), mb = matrix_of(b);
+          for (K kind : {K::SmallK, K::SmallN, K::Tiled, K::Thin}) {
+            if (!kc::small_gemm_fits(kind, t, ma, mb)) continue;
+            const std::string what = std::string(dtype_name(t)) + " " + shape_name(s) + " A " +
+                                     layout_name(la) + " B " + layout_name(lb) + " " +
+                                     kc::small_gemm_name(kind);
+            Tensor d = full({s.m, s.n}, std::nan(""), TensorOptions(t).device(kDev));
+            kc::GemmCall c;
+            c.dtype = t;
+            c.a = ma;
+            c.b = mb;
+            c.d = d.raw_data();
+            kc::small_gemm(c, kind);
+            check_against_reference(va, vb, s.m, s.k, s.n, t, d, what);
+            ++ran;
+          }
+        }
+    }
+  CHECK(ran > 40);
 }
 
 TEST_CASE("small_gemm BIAS and RELU_BIAS match a float64 reference and eager add/relu bit for bit",
