@@ -15,6 +15,7 @@
 #include "nn/conv.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
+#include "nn/clip_grad.h"
 #include "nn/flatten.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -428,6 +429,55 @@ TEST_CASE("a compiled step with BatchNorm updates the running statistics as eage
   };
   const Vec eager = run(false), compiled = run(true);
   CHECK(eager == compiled);  // losses, then running_mean, running_var, num_batches_tracked
+}
+
+TEST_CASE("a compiled residual BatchNorm step with clipping equals eager, gradients included",
+          "[nn][conv][batchnorm][jit]") {
+  // Two BatchNorms fed the same gradient (a main path and a shortcut joined by an add) get equal
+  // bias gradients, which the compiled step must keep in separate memory; the clipping scales
+  // every gradient in place inside the step; weight decay and momentum read them afterwards.
+  auto run = [](bool compiled_run, bool clip) {
+    manual_seed(15);
+    nn::Conv2d conv(nn::ConvOptions(2, 3, {3}).padding({1})), skip(nn::ConvOptions(2, 3, {1}));
+    nn::BatchNorm2d bn_main(3), bn_skip(3);
+    nn::Linear head(3 * 5 * 5, 4);
+    std::vector<Tensor> params;
+    for (nn::Module* m :
+         std::vector<nn::Module*>{conv.get(), skip.get(), bn_main.get(), bn_skip.get(), head.get()})
+      for (const Tensor& p : m->parameters()) params.push_back(p);
+    optim::SGD opt(params, optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+    nn::CrossEntropyLoss criterion;
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      const Tensor h =
+          relu(add(bn_main->forward(conv->forward(x)), bn_skip->forward(skip->forward(x))));
+      Tensor loss = criterion(head->forward(h.flatten(1)), y);
+      loss.backward();
+      if (clip) nn::utils::clip_grad_norm_(params, 0.5);
+      opt.step();
+      return loss;
+    };
+    auto compiled = jit::compile(step);
+    Vec out;
+    for (int i = 0; i < 6; ++i) {
+      const Tensor x = randn({4, 2, 5, 5}), y = randint(0, 4, {4});
+      out.push_back((compiled_run ? compiled(x, y) : step(x, y)).item<float>());
+    }
+    // Each parameter's gradient is its own memory: scaling one changes no other.
+    Tensor skip_grad = bn_skip->bias.grad();
+    skip_grad.mul_(2.0);
+    for (const Tensor& p : params) {
+      for (double v : test::read(p)) out.push_back(v);
+      for (double v : test::read(p.grad())) out.push_back(v);
+    }
+    if (compiled_run) CHECK(compiled.stats().replays >= 2);
+    return out;
+  };
+  for (bool clip : {false, true}) {
+    INFO("clip_grad_norm_ " << clip);
+    const Vec eager = run(false, clip), compiled = run(true, clip);
+    CHECK(eager == compiled);
+  }
 }
 
 TEST_CASE("a compiled step toggled between train() and eval() every epoch, short last batches",
