@@ -34,6 +34,7 @@
 #include "test_util.h"
 #if defined(EMBER_WITH_CUDA)
 #include "kernels/cuda/nvrtc.h"
+#include "memory_binary_store.h"
 #endif
 
 using namespace ember;
@@ -111,20 +112,7 @@ void check_compiles(const FusedPointwiseKernel& k) {
                         "ELF") == 0);
 }
 
-class MemoryStore final : public rtc::BinaryStore {
- public:
-  std::optional<std::string> load(const std::string& key) override {
-    ++loads;
-    auto it = map.find(key);
-    if (it == map.end()) return std::nullopt;
-    return it->second;
-  }
-  void store(const std::string& key, std::string_view bytes) override {
-    map[key] = std::string(bytes);
-  }
-  std::map<std::string, std::string> map;
-  int loads = 0;
-};
+using MemoryStore = test::MemoryBinaryStore;
 #else
 void check_compiles(const FusedPointwiseKernel&) {}
 #endif

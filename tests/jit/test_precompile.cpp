@@ -8,10 +8,7 @@
 
 #include <chrono>
 #include <iostream>
-#include <map>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "core/factory.h"
@@ -19,6 +16,7 @@
 #include "core/ops.h"
 #include "jit/compile.h"
 #include "kernels/cuda/nvrtc.h"
+#include "memory_binary_store.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -31,22 +29,6 @@ std::string nonce() {
   return std::to_string(getpid()) + "_" +
          std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 }
-
-// An in-memory BinaryStore that counts its reads and writes.
-struct StoreCounter final : rtc::BinaryStore {
-  std::map<std::string, std::string> map;
-  int loads = 0, stores = 0;
-  std::optional<std::string> load(const std::string& key) override {
-    ++loads;
-    auto it = map.find(key);
-    if (it == map.end()) return std::nullopt;
-    return it->second;
-  }
-  void store(const std::string& key, std::string_view bytes) override {
-    ++stores;
-    map[key] = std::string(bytes);
-  }
-};
 
 }  // namespace
 
@@ -98,7 +80,7 @@ TEST_CASE("nvrtc precompile: compiled side by side, then taken by get_module",
                     Catch::Contains("does not compile"));
 
   // A binary the store holds is read once, by precompile, and get_module takes what it read.
-  StoreCounter store;
+  test::MemoryBinaryStore store;
   const rtc::KernelSource stored = {
       "extern \"C\" __global__ void k(float* o) { o[threadIdx.x] = 9.0f; }  // s " + n, tag};
   const rtc::KernelSource fresh = {

@@ -43,6 +43,7 @@
 #if defined(EMBER_WITH_CUDA)
 #include "kernels/cuda/gemm_algo_store.h"
 #include "kernels/cuda/gemm_epilogue.h"
+#include "memory_binary_store.h"
 #endif
 
 #if defined(EMBER_WITH_CUDA)
@@ -313,21 +314,7 @@ TEST_CASE("gemm algo store: autotune winners round-trip, anything malformed is r
 
 namespace {
 
-class MemoryStore final : public kc::nvrtc::BinaryStore {
- public:
-  std::optional<std::string> load(const std::string& key) override {
-    ++loads;
-    auto it = map.find(key);
-    if (it == map.end()) return std::nullopt;
-    return it->second;
-  }
-  void store(const std::string& key, std::string_view bytes) override {
-    ++stores;
-    map[key] = std::string(bytes);
-  }
-  std::map<std::string, std::string> map;
-  int loads = 0, stores = 0;
-};
+using MemoryStore = test::MemoryBinaryStore;
 
 std::vector<std::string>& store_log() {
   static std::vector<std::string> l;
