@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -393,10 +394,11 @@ kc::GemmMatrix matrix_of(const Tensor& t) {
   return m;
 }
 
-// small_gemm called directly: D = epilogue(A B) into `d` (rows `ld_d` apart; 0: dense).
+// small_gemm called directly: D = epilogue(A B) into `d` (rows `ld_d` apart; 0: dense), by the
+// kernel `kind` if given, else the one small_gemm_kind picks.
 void small_gemm_into(DType t, const kc::GemmMatrix& a, const kc::GemmMatrix& b, const Tensor& d,
                      kc::GemmEpilogue e = kc::GemmEpilogue::None, const Tensor& bias = Tensor(),
-                     int64_t ld_d = 0) {
+                     int64_t ld_d = 0, std::optional<kc::SmallGemmKind> kind = std::nullopt) {
   kc::GemmCall c;
   c.dtype = t;
   c.a = a;
@@ -405,7 +407,10 @@ void small_gemm_into(DType t, const kc::GemmMatrix& a, const kc::GemmMatrix& b, 
   c.ld_d = ld_d;
   c.epilogue = e;
   c.bias = e == kc::GemmEpilogue::None ? nullptr : bias.raw_data();
-  kc::small_gemm(c);
+  if (kind)
+    kc::small_gemm(c, *kind);
+  else
+    kc::small_gemm(c);
 }
 
 }  // namespace
@@ -469,12 +474,7 @@ TEST_CASE("every small kernel that fits a problem computes it, picked or not", "
                                      layout_name(la) + " B " + layout_name(lb) + " " +
                                      kc::small_gemm_name(kind);
             Tensor d = full({s.m, s.n}, std::nan(""), TensorOptions(t).device(kDev));
-            kc::GemmCall c;
-            c.dtype = t;
-            c.a = ma;
-            c.b = mb;
-            c.d = d.raw_data();
-            kc::small_gemm(c, kind);
+            small_gemm_into(t, ma, mb, d, kc::GemmEpilogue::None, Tensor(), 0, kind);
             check_against_reference(va, vb, s.m, s.k, s.n, t, d, what);
             ++ran;
           }
