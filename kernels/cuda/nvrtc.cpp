@@ -295,23 +295,26 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
     }
   }
   if (threads == 0) threads = default_compile_threads();
-  threads = static_cast<unsigned>(std::min<size_t>(threads, jobs.size()));
   // One thread gains nothing over compiling in get_module.
-  if (threads < 2) return;
+  if (std::min<size_t>(threads, jobs.size()) < 2) return;
+  // What the store holds is read here, on this thread (a store, and the log sink its reads may
+  // write to, need not take concurrent calls), and kept: get_module takes it instead of reading
+  // it again.
+  size_t to_compile = jobs.size();
+  if (store)
+    for (Job& j : jobs)
+      if (std::optional<std::string> bytes = store->load(j.key)) {
+        j.binary = {std::move(*bytes), target_for(arch).ptx};
+        j.ok = j.from_store = true;
+        --to_compile;
+      }
+  threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, to_compile)));
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       Job& j = jobs[i];
+      if (j.ok) continue;  // read from the store
       try {
-        // What the store holds is read here, side by side too, and kept: get_module then takes
-        // it instead of reading it again.
-        if (store) {
-          if (std::optional<std::string> bytes = store->load(j.key)) {
-            j.binary = {std::move(*bytes), target_for(arch).ptx};
-            j.ok = j.from_store = true;
-            continue;
-          }
-        }
         j.binary = compile(j.src->source, arch, j.src->tag + ".cu");
         j.ok = true;
       } catch (const std::exception&) {
