@@ -2,6 +2,7 @@
 // The public API (core/ops.cpp) has already promoted dtypes and normalised dims; meta still
 // checks everything, because the JIT and other layers dispatch directly.
 #include <algorithm>
+#include <cmath>
 
 #include "core/collective.h"
 #include "core/cuda_runtime.h"
@@ -590,6 +591,20 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                   ": Avg needs a floating tensor, got ", in[0].dtype(), " (reduce with Sum)");
       check_communicator(op_name(op), a.group, in[0].device());
       return {in[0].sizes(), in[0].dtype(), in[0].device()};
+    case OpKind::MultiReduce: {
+      EMBER_CHECK(!in.empty(), op_name(op), ": expected at least one tensor");
+      const Device dev = common_device(op, in, false);
+      EMBER_CHECK(a.norm_type >= 1 || (std::isinf(a.norm_type) && a.norm_type > 0), op_name(op),
+                  ": norm_type must be >= 1 or inf, got ", a.norm_type);
+      bool wide = false;
+      for (size_t i = 0; i < in.size(); ++i) {
+        EMBER_CHECK(is_floating(in[i].dtype()), op_name(op), ": tensor ", i, " (",
+                    in[i].sizes(), ") has dtype ", dtype_name(in[i].dtype()),
+                    "; expected a floating dtype");
+        wide |= in[i].dtype() == kFloat64;
+      }
+      return {Shape{static_cast<int64_t>(in.size())}, wide ? kFloat64 : kFloat32, dev};
+    }
     case OpKind::Transfer:
       EMBER_CHECK(in.size() == 1, "to_device: expected 1 input");
       if (a.device.is_cuda()) {

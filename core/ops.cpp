@@ -463,6 +463,19 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   return dispatch(OpId::cat, std::span<const Tensor>(in), attrs);
 }
 
+Tensor multi_norm(const std::vector<Tensor>& tensors, double p) {
+  EMBER_CHECK(!tensors.empty(), "multi_norm: expected a non-empty list of tensors");
+  std::vector<Tensor> in;
+  in.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    check_defined(t, OpId::multi_norm);
+    in.push_back(t.contiguous());  // the kernels read each tensor as one run of memory
+  }
+  Attrs attrs;
+  attrs.norm_type = p;
+  return dispatch(OpId::multi_norm, std::span<const Tensor>(in), attrs);
+}
+
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   EMBER_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   EMBER_CHECK(tensors[0].defined() && tensors[0].dim() < kMaxDims, "stack: tensors of shape ",

@@ -296,6 +296,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 /// Stacks tensors of one shape along a new dim `dim` (in [-(d+1), d]), like `torch.stack`:
 /// cat of their unsqueeze(dim).
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+/// The p-norm of each tensor, stacked into a vector [n], like `torch.stack(torch._foreach_norm(
+/// tensors, p))`, in one kernel launch per 64 tensors: (sum |x|^p)^(1/p) summed in float64, or
+/// max |x| for p = inf (a NaN propagates); an empty tensor's norm is 0. Floating tensors of any
+/// dtypes and shapes on one device; the result is float32, float64 if any tensor is. p below 1
+/// throws ember::Error. Not differentiable.
+Tensor multi_norm(const std::vector<Tensor>& tensors, double p = 2);
 /// Views of consecutive pieces of `size` along `dim`, the last possibly shorter, like
 /// `torch.split(a, size, dim)`. A size below 1 (except 0 for an empty dim) throws ember::Error.
 std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim = 0);

@@ -37,32 +37,16 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = grads_of(params, who);
   if (grads.empty()) return zeros({});
-  // Per-gradient norms, then the norm of those (PyTorch's order, so the rounding matches). The
-  // per-gradient reductions are stacked before the root or power that finishes each norm, so
-  // that elementwise step is one op over all of them, not one small launch per parameter.
-  std::vector<Tensor> partial;
-  partial.reserve(grads.size());
-  const bool inf = std::isinf(norm_type);
-  for (const Tensor& g : grads) {
-    const Tensor g32 = g.dtype() == kFloat64 ? g : g.to(kFloat32);
-    if (inf)
-      partial.push_back(amax(abs(g32)));
-    else if (norm_type == 2)
-      partial.push_back(sum(g32 * g32));
-    else
-      partial.push_back(sum(pow(abs(g32), norm_type)));
-  }
-  const Tensor stacked = partial.size() == 1 ? partial[0].reshape({1}) : stack(partial);
+  // Per-gradient norms (one launch for all of them), then the norm of those: PyTorch's order,
+  // so the rounding matches.
+  const Tensor norms = multi_norm(grads, norm_type);
   Tensor total;
-  if (inf) {
-    total = amax(stacked);
-  } else if (norm_type == 2) {
-    const Tensor all = sqrt(stacked);
-    total = sqrt(sum(all * all));
-  } else {
-    const Tensor all = pow(stacked, 1.0 / norm_type);
-    total = pow(sum(pow(all, norm_type)), 1.0 / norm_type);
-  }
+  if (std::isinf(norm_type))
+    total = amax(norms);
+  else if (norm_type == 2)
+    total = sqrt(sum(norms * norms));
+  else
+    total = pow(sum(pow(norms, norm_type)), 1.0 / norm_type);
   const Tensor scale = clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
   // float32 gradients in one multi-tensor launch (GradScaler's unscale: g * scale in float, as
   // PyTorch's _foreach_mul_; the inf flag it also sets is not needed here); others one by one.

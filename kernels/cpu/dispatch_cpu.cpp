@@ -36,6 +36,8 @@ void run_cpu(const KernelCall& c) {
       return cpu::attention(c);
     case OpKind::Collective:
       return run_collective(c);
+    case OpKind::MultiReduce:
+      return cpu::multi_norm(c);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -21,6 +21,7 @@ void attention(const KernelCall& call);     // attention.cu: the fused attention
 // adam_update, rmsprop_update, adagrad_update (optimizer_kernels.cu)
 void optimizer_update(const KernelCall& call);
 void amp_unscale(const KernelCall& call);  // amp.cu: GradScaler's unscale and inf check
+void multi_norm(const KernelCall& call);   // multi_norm.cu: each tensor's p-norm, stacked
 // A multi-tensor update's found_inf (GradScaler's) as a device pointer, or null without one.
 const float* found_inf_of(const KernelCall& call);
 }  // namespace ember::kernels::cuda

@@ -44,6 +44,8 @@ void run_cuda(const KernelCall& call) {
       return cuda::attention(call);
     case OpKind::Collective:
       return run_collective(call);
+    case OpKind::MultiReduce:
+      return cuda::multi_norm(call);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -411,3 +411,52 @@ void cross_entropy_backward_trials(const Coverage& c, DType dt, Rng& r, std::vec
 }
 
 }  // namespace ember::test::optable
+
+namespace ember::test::optable {
+
+// multi_norm: each tensor's p-norm from the float64 values, rounded once to the result's dtype.
+// Lists with an empty tensor, a transposed one (the API makes it contiguous), one long enough
+// for several chunks on either device, and more tensors than one CUDA launch takes.
+void multi_norm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  struct Case {
+    std::vector<Shape> shapes;
+    double p;
+    Layout layout = Layout::Contiguous;
+  };
+  std::vector<Case> cases = {{{{7}, {3, 5}}, 2},
+                             {{{130}, {0}, {4, 4}}, 1},
+                             {{{9}, {33}, {2, 3, 2}}, INFINITY},
+                             {{{5, 6}, {11}}, 3},
+                             {{{4, 6}, {6, 5}}, 2, Layout::Transposed},
+                             {{{70001}, {3}}, 2}};
+  Case many{{}, 2};
+  for (int i = 0; i < 100; ++i) many.shapes.push_back({i % 7 + 1, 3});
+  cases.push_back(many);
+  const DType res = dt == kFloat64 ? kFloat64 : kFloat32;
+  for (const Case& k : cases) {
+    Trial t;
+    std::vector<Vec> v(k.shapes.size());
+    for (size_t i = 0; i < k.shapes.size(); ++i)
+      t.inputs.push_back(make_input(k.shapes[i], k.layout, dt, c.domain, r, v[i]));
+    std::ostringstream what;
+    what << "multi_norm(" << k.shapes.size() << " " << dtype_name(dt) << " tensors, p " << k.p
+         << ", " << layout_name(k.layout) << ")";
+    t.what = what.str();
+    const double p = k.p;
+    t.call = [p](const std::vector<Tensor>& in, Device) { return multi_norm(in, p); };
+    for (const Vec& x : v) {
+      double acc = 0;
+      for (double e : x) {
+        const double a = std::fabs(e);
+        acc = std::isinf(p) ? std::max(acc, a) : acc + std::pow(a, p);
+      }
+      const double norm = std::isinf(p) ? acc : std::pow(acc, 1 / p);
+      t.expect.v.push_back(test::round_to(res, norm));
+    }
+    t.expect.shape = {static_cast<int64_t>(k.shapes.size())};
+    t.expect.dtype = res;
+    out.push_back(std::move(t));
+  }
+}
+
+}  // namespace ember::test::optable

@@ -154,6 +154,7 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::rmsprop_update, rmsprop_update_trials},
       {OpId::adagrad_update, adagrad_update_trials},
       {OpId::amp_unscale, amp_unscale_trials},
+      {OpId::multi_norm, multi_norm_trials},
       {OpId::all_reduce, all_reduce_trials},
       {OpId::to_device, to_device_trials},
   };
