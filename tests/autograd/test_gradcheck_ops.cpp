@@ -807,6 +807,17 @@ Entry entry_for(OpId op, Rng& r) {
         return out;
       });
 
+    case OpId::multi_norm:
+      // A vector of norms that carries no gradient, even of inputs that require one
+      // (clip_grad_norm_ runs it under no_grad; PyTorch's _foreach_norm does have a gradient).
+      return not_differentiable([] {
+        Tensor g = from_vector<float>({3, -4}, {2});
+        g.requires_grad_();
+        const Tensor out = multi_norm({g}, 2);
+        CHECK(out.to_vector<float>() == std::vector<float>{5});
+        return out;
+      });
+
     case OpId::adam_update:
     case OpId::rmsprop_update:
     case OpId::adagrad_update:
