@@ -253,6 +253,9 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
     case OpId::log_softmax:
       r[0] = g - exp(out(n)) * sum(g, {a.dim}, /*keepdim=*/true);
       break;
+    case OpId::layer_norm:
+      r[0] = dispatch(OpId::layer_norm_backward, {g.contiguous(), in(n, 0)}, a);
+      break;
     case OpId::cross_entropy:
       r[0] = dispatch(OpId::cross_entropy_backward, {g.contiguous(), in(n, 0), in(n, 1)}, a);
       break;

@@ -591,6 +591,23 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                   ": Avg needs a floating tensor, got ", in[0].dtype(), " (reduce with Sum)");
       check_communicator(op_name(op), a.group, in[0].device());
       return {in[0].sizes(), in[0].dtype(), in[0].device()};
+    case OpKind::Norm: {
+      const bool bwd = op == OpId::layer_norm_backward;
+      EMBER_CHECK(in.size() == (bwd ? 2u : 1u), op_name(op), ": expected ", bwd ? 2 : 1,
+                  " inputs, got ", in.size());
+      const Tensor& x = in.back();
+      check_dtype(op, x.dtype(), static_cast<int>(in.size()) - 1);
+      EMBER_CHECK(x.dim() >= 1 && a.dim >= 0 && a.dim < x.dim(), op_name(op),
+                  ": normalized dims from ", a.dim, " out of range for shape ", x.sizes());
+      EMBER_CHECK(a.eps >= 0, op_name(op), ": eps must be non-negative, got ", a.eps);
+      if (bwd) {
+        common_device(op, in, false);
+        EMBER_CHECK(in[0].sizes() == x.sizes() && in[0].dtype() == x.dtype(), op_name(op),
+                    ": grad must be ", dtype_name(x.dtype()), " ", x.sizes(), ", got ",
+                    dtype_name(in[0].dtype()), " ", in[0].sizes());
+      }
+      return {x.sizes(), x.dtype(), x.device()};
+    }
     case OpKind::MultiReduce: {
       EMBER_CHECK(!in.empty(), op_name(op), ": expected at least one tensor");
       const Device dev = common_device(op, in, false);

@@ -38,7 +38,8 @@ enum class OpKind : uint8_t {
   Pool,         ///< 2-D max pooling and its backward.
   Attention,    ///< Fused scaled-dot-product attention and its backward rows.
   Collective,   ///< A reduction across processes (all_reduce), through a registered communicator.
-  MultiReduce   ///< One reduction per tensor of a list in one launch, stacked (multi_norm).
+  MultiReduce,  ///< One reduction per tensor of a list in one launch, stacked (multi_norm).
+  Norm          ///< Normalisation of rows over trailing dims (layer_norm) and its backward.
 };
 /// How an op's output dtype follows from its (promoted) input dtype: the `rule` key of its row.
 enum class OutRule : uint8_t {

@@ -2,7 +2,7 @@
 #include "nn/functional.h"
 
 #include "core/autocast.h"
-
+#include "core/dispatch.h"
 #include "core/factory.h"
 #include "core/ops.h"
 
@@ -85,11 +85,12 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                 " must equal normalized_shape ", normalized_shape);
     check_same_device(x, "input", t, what, who);
   }
-  Dims dims;
-  for (int i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-  const Tensor centered = sub(x, mean(x, dims, true));
-  const Tensor var = mean(mul(centered, centered), dims, true);  // biased, as PyTorch
-  Tensor y = mul(centered, rsqrt(add(var, eps)));
+  // The normalisation is one op (one kernel each way); the affine part stays pointwise ops,
+  // which the JIT fuses with what follows.
+  Attrs a;
+  a.dim = x.dim() - k;
+  a.eps = eps;
+  Tensor y = dispatch(OpId::layer_norm, {x.contiguous()}, a);
   if (weight.defined()) y = mul(y, weight);
   if (bias.defined()) y = add(y, bias);
   return y;

@@ -24,7 +24,7 @@ import yaml
 
 KINDS = {"Nullary", "Unary", "Binary", "Ternary", "Reduce", "Matmul", "Softmax", "Loss", "Index",
          "Cat", "View", "Factory", "Random", "Transfer", "MultiTensor", "Conv", "Pool",
-         "Attention", "Collective", "MultiReduce"}
+         "Attention", "Collective", "MultiReduce", "Norm"}
 POINTWISE = {"Nullary", "Unary", "Binary", "Ternary"}
 RULES = {"Same", "IntToFloat", "ToBool", "ToInt64", "Index", "Cast", "Select"}
 # Rules that fix an elementwise op's inputs as well as its output, and so how a kernel applies

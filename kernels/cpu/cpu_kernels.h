@@ -17,6 +17,7 @@ void multi_tensor(const KernelCall& call);   // multi_tensor.cpp (sgd_update)
 void optimizer_update(const KernelCall& call);
 void amp_unscale(const KernelCall& call);  // amp.cpp: GradScaler's unscale and inf check
 void multi_norm(const KernelCall& call);   // multi_norm.cpp: each tensor's p-norm, stacked
+void layer_norm(const KernelCall& call);   // layer_norm.cpp: layer_norm and its backward row
 void pool(const KernelCall& call);  // pool.cpp: max_pool2d and its backward row
 void attention(const KernelCall& call);  // attention.cpp: the fused attention rows
 void conv(const KernelCall& call);  // conv.cpp: conv2d and its backward rows (im2col + GEMM)

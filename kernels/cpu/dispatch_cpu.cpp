@@ -38,6 +38,8 @@ void run_cpu(const KernelCall& c) {
       return run_collective(c);
     case OpKind::MultiReduce:
       return cpu::multi_norm(c);
+    case OpKind::Norm:
+      return cpu::layer_norm(c);
     case OpKind::View:
     case OpKind::Transfer:
       break;

@@ -22,6 +22,7 @@ void attention(const KernelCall& call);     // attention.cu: the fused attention
 void optimizer_update(const KernelCall& call);
 void amp_unscale(const KernelCall& call);  // amp.cu: GradScaler's unscale and inf check
 void multi_norm(const KernelCall& call);   // multi_norm.cu: each tensor's p-norm, stacked
+void layer_norm(const KernelCall& call);   // layer_norm.cu: layer_norm and its backward row
 // A multi-tensor update's found_inf (GradScaler's) as a device pointer, or null without one.
 const float* found_inf_of(const KernelCall& call);
 }  // namespace ember::kernels::cuda

@@ -46,6 +46,8 @@ void run_cuda(const KernelCall& call) {
       return run_collective(call);
     case OpKind::MultiReduce:
       return cuda::multi_norm(call);
+    case OpKind::Norm:
+      return cuda::layer_norm(call);
     case OpKind::View:
     case OpKind::Transfer:
       break;

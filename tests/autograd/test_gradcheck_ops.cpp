@@ -641,6 +641,26 @@ Entry entry_for(OpId op, Rng& r) {
             {U({4, 5}, -2, 2)},
             [t_ign, smoothed](In x) { return smoothed(0.25, 3)(x[0], t_ign); }}});
     }
+    case OpId::layer_norm: {
+      auto norm = [](const Tensor& x, int64_t dim, double eps) {
+        Attrs a;
+        a.dim = dim;
+        a.eps = eps;
+        return dispatch(OpId::layer_norm, {x.contiguous()}, a);
+      };
+      return grad({{"layer_norm over the last dim", {U({3, 5})},
+                    [norm](In x) { return norm(x[0], 1, 1e-5); }},
+                   {"layer_norm over the last two dims of 3-D, a large eps", {U({2, 3, 4})},
+                    [norm](In x) { return norm(x[0], 1, 0.5); }},
+                   {"layer_norm of a transposed leaf", {U({4, 3})},
+                    [norm](In x) { return norm(x[0].t(), 1, 1e-5); }}});
+    }
+    case OpId::layer_norm_backward:
+      return not_differentiable([&] {
+        Attrs a;
+        a.dim = 1;
+        return dispatch(OpId::layer_norm_backward, {U({3, 4}), U({3, 4})}, a);
+      });
     case OpId::cross_entropy_backward:
       return not_differentiable([&] {
         return dispatch(OpId::cross_entropy_backward,

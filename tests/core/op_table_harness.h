@@ -212,6 +212,7 @@ void softmax_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out
 void cross_entropy_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void cross_entropy_backward_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void multi_norm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
+void layer_norm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 // op_trials_conv.cpp (conv2d_backward_trials serves both backward rows)
 void conv2d_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);
 void conv2d_backward_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out);

@@ -460,3 +460,70 @@ void multi_norm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& 
 }
 
 }  // namespace ember::test::optable
+
+namespace ember::test::optable {
+
+// layer_norm and its backward row, from the float64 statistics of each row (the trailing dims
+// from `dim`); the kernels read contiguous memory, so other layouts go through contiguous() as
+// nn::functional::layer_norm does. Rows of one element (variance 0), odd lengths and a row
+// longer than one warp's or eight warps' share.
+void layer_norm_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
+  using L = Layout;
+  struct Case {
+    ShapeLayout in;
+    int64_t dim;
+    double eps;
+  };
+  const std::vector<Case> cases = {
+      {{{3, 5}, L::Contiguous}, 1, 1e-5},     {{{4, 1}, L::Contiguous}, 1, 1e-5},
+      {{{2, 3, 7}, L::Contiguous}, 1, 0.25},  {{{5, 6}, L::Transposed}, 1, 1e-5},
+      {{{2, 3, 17}, L::Strided}, 2, 1e-5},    {{{3, 1500}, L::Contiguous}, 1, 1e-5},
+      {{{2, 9000}, L::Contiguous}, 1, 1e-5},  {{{7}, L::Contiguous}, 0, 1e-3},
+  };
+  const bool bwd = c.op == OpId::layer_norm_backward;
+  for (const Case& k : cases) {
+    Trial t;
+    Vec x, g;
+    if (bwd) t.inputs.push_back(make_input(k.in.shape, L::Contiguous, dt, c.domain, r, g));
+    t.inputs.push_back(make_input(k.in.shape, k.in.layout, dt, c.domain, r, x));
+    t.what = std::string(op_name(c.op)) + "(" + t.inputs.back().str() + ", from dim " +
+             std::to_string(k.dim) + ", eps " + std::to_string(k.eps) + ")";
+    Attrs a;
+    a.dim = k.dim;
+    a.eps = k.eps;
+    const OpId op = c.op;
+    t.call = [a, op](const std::vector<Tensor>& in, Device) {
+      std::vector<Tensor> args;
+      for (const Tensor& i : in) args.push_back(i.contiguous());
+      return dispatch(op, std::span<const Tensor>(args), a);
+    };
+    const Shape& s = k.in.shape;
+    int64_t C = 1;
+    for (int d = static_cast<int>(k.dim); d < s.size(); ++d) C *= s[d];
+    t.expect.shape = s;
+    t.expect.dtype = dt;
+    for (size_t row = 0; row < x.size() / static_cast<size_t>(C); ++row) {
+      const size_t b = row * static_cast<size_t>(C), n = static_cast<size_t>(C);
+      double mean = 0, var = 0;
+      for (size_t i = 0; i < n; ++i) mean += x[b + i] / static_cast<double>(n);
+      for (size_t i = 0; i < n; ++i) var += (x[b + i] - mean) * (x[b + i] - mean) / double(n);
+      const double rstd = 1 / std::sqrt(var + k.eps);
+      double mg = 0, mgx = 0, gmax = 0;
+      if (bwd)
+        for (size_t i = 0; i < n; ++i) {
+          mg += g[b + i] / static_cast<double>(n);
+          mgx += g[b + i] * (x[b + i] - mean) * rstd / static_cast<double>(n);
+          gmax = std::max(gmax, std::fabs(g[b + i]));
+        }
+      for (size_t i = 0; i < n; ++i) {
+        const double xh = (x[b + i] - mean) * rstd;
+        t.expect.v.push_back(bwd ? rstd * (g[b + i] - mg - xh * mgx) : xh);
+        // Errors relative to the row's scale: a value near 0 is a difference of O(1) terms.
+        t.expect.scale.push_back(bwd ? rstd * 3 * gmax + 1e-30 : 1.0);
+      }
+    }
+    out.push_back(std::move(t));
+  }
+}
+
+}  // namespace ember::test::optable

@@ -134,6 +134,8 @@ const std::vector<Coverage>& coverage_table() {
       {OpId::attention_backward_kv, attention_trials},
       {OpId::softmax, softmax_trials},
       {OpId::log_softmax, softmax_trials},
+      {OpId::layer_norm, layer_norm_trials},
+      {OpId::layer_norm_backward, layer_norm_trials},
       {OpId::cross_entropy, cross_entropy_trials},
       {OpId::cross_entropy_backward, cross_entropy_backward_trials},
       {OpId::gather, gather_trials},
