@@ -3,7 +3,7 @@
 // matmuls with transposed operands, views: transpose, reshape, view, slice, narrow, unsqueeze,
 // expand), every Unary and Binary op of the op table drawn generically (kOpInfo, through
 // dispatch with default Attrs, inputs mapped into the op's domain: kDomains), gelu in both
-// forms, cross_entropy through nn::functional with its backward into a parameter, and SGD steps
+// forms, layer_norm over the last dims, multi_norm of two values, cross_entropy through nn::functional with its backward into a parameter, and SGD steps
 // through optim::SGD with and without momentum, over 1-3 float inputs of random shapes and
 // layouts (contiguous, transposed, at a storage offset that changes per call) and class-index
 // targets; about a third are large enough that the CPU executor runs fused groups in several
@@ -72,6 +72,8 @@ enum class Op {
   TableUnary,    // any Unary op of the table (Instr::table_op) on its domain
   TableBinary,   // any Binary op of the table on its domains
   Gelu,          // gelu(a), i0: the tanh approximation
+  LayerNorm,     // layer_norm(a) over its last i0 dims, eps s (nn::functional, no affine)
+  MultiNorm,     // multi_norm({a, b}, p = s)
   CrossEntropy,  // cross_entropy(a + param, target) (nn::functional), backward into param
   ParamGrad,     // the gradient the last backward left in param
   SgdStep,       // optim::SGD step of param on the loss sum(a * param); 2 * param after it
@@ -325,6 +327,13 @@ Tensor apply_instr(const Instr& in, const std::vector<Tensor>& v,
     }
     case Op::Gelu:
       return gelu(a, in.i0 != 0);
+    case Op::LayerNorm: {
+      Shape trailing;
+      for (int d = a.dim() - static_cast<int>(in.i0); d < a.dim(); ++d) trailing.push_back(a.size(d));
+      return nn::functional::layer_norm(a, trailing, {}, {}, in.s);
+    }
+    case Op::MultiNorm:
+      return multi_norm({a, b}, in.s);
     case Op::CrossEntropy: {
       Tensor& param = world.params[in.param];
       param.set_grad({});  // this call's gradient only, in every world alike
@@ -588,7 +597,7 @@ class ProgramGen {
   void step() {
     // Sometimes the previous op again on the same operand (with fresh attributes): near-
     // duplicates that common-subexpression elimination must tell apart (or merge correctly).
-    int a = any_value(), op = pick(0, 36);
+    int a = any_value(), op = pick(0, 39);
     if (last_op_ >= 0 && coin(0.2)) a = last_a_, op = last_op_;
     last_a_ = a;
     last_op_ = op;
@@ -818,6 +827,12 @@ class ProgramGen {
       }
       case 34:
         return cross_entropy(in);
+      case 37:
+        return coin(0.5) ? layer_norm(in) : multi_norm(in);
+      case 38:
+        return table_op(in, OpKind::Unary);
+      case 39:
+        return table_op(in, OpKind::Binary);
       case 35:
       case 36:
         return sgd_step(in);
@@ -876,6 +891,47 @@ class ProgramGen {
     const double bound = 4 * sample_max(apply_instr(in, vals_, targets_, *world_), in.table_op);
     ++drawn()[std::string(op_name(in.table_op))];
     emit(in, std::max(bound, 1.0));
+  }
+
+  // layer_norm over the last one or two dims of a (no affine part).
+  void layer_norm(Instr& in) {
+    const int a = in.a;
+    const Shape& sa = shape(a);
+    const int rank = static_cast<int>(sa.size());
+    if (rank == 0) return;
+    in.op = Op::LayerNorm;
+    in.i0 = pick(1, std::min(rank, 2));
+    // An eps of the data's scale keeps a row of (nearly) equal values well conditioned
+    // against the float64 run.
+    in.s = coin(0.5) ? 0.1 : 1.0;
+    int64_t n = 1;
+    for (int d = rank - static_cast<int>(in.i0); d < rank; ++d) n *= sa[d];
+    std::ostringstream os;
+    os << "layer_norm(" << name(a) << ", last " << in.i0 << " dims, eps " << in.s << ")";
+    in.text = os.str();
+    ++drawn()["layer_norm"];
+    return emit(in, std::sqrt(static_cast<double>(n)));
+  }
+
+  // multi_norm of a and a partner, p 1, 2 or inf.
+  void multi_norm(Instr& in) {
+    const int a = in.a;
+    const Shape& sa = shape(a);
+    const double ba = bound_[a];
+    in.op = Op::MultiNorm;
+    in.b = partner(a);
+    const int k = pick(0, 2);
+    in.s = k == 0 ? 1.0 : k == 1 ? 2.0 : INFINITY;
+    const double na = static_cast<double>(numel_of(sa)),
+                 nb = static_cast<double>(numel_of(shape(in.b)));
+    const double bb = bound_[in.b];
+    std::ostringstream os;
+    os << "multi_norm({" << name(a) << ", " << name(in.b) << "}, " << in.s << ")";
+    in.text = os.str();
+    ++drawn()["multi_norm"];
+    return emit(in, k == 0   ? std::max(ba * na, bb * nb)
+                    : k == 1 ? std::max(ba * std::sqrt(na), bb * std::sqrt(nb))
+                             : std::max(ba, bb));
   }
 
   void cross_entropy(Instr& in) {
@@ -1072,8 +1128,8 @@ TEST_CASE("jit: random table-op programs compiled match eager on the CPU", "[jit
   for (uint64_t seed = 1; seed <= 200; ++seed) run_seed(seed, Device::cpu());
   // Every generic table op and every special instruction was drawn: an op the draw cannot
   // reach (or that a change here stopped drawing) is untested, which must not pass silently.
-  std::vector<std::string> want = {"gelu exact", "gelu tanh", "cross_entropy", "sgd with momentum",
-                                   "sgd without momentum"};
+  std::vector<std::string> want = {"gelu exact", "gelu tanh",  "cross_entropy", "sgd with momentum",
+                                   "sgd without momentum", "layer_norm", "multi_norm"};
   for (OpKind k : {OpKind::Unary, OpKind::Binary})
     for (OpId op : table_ops(k)) want.emplace_back(op_name(op));
   for (const std::string& w : want) {
