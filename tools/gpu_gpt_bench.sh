@@ -6,6 +6,7 @@
 #   TESTS=attention bash tools/gpu_gpt_bench.sh     only the ctest cases matching "attention|jit"
 #   SKIP_TORCH=1 SKIP_AMP=1 bash tools/gpu_gpt_bench.sh
 #   PERF_LOG=gpt_small:32 SKIP_BENCH=1 SKIP_TESTS=1 ...   device time of every step of one replay
+#   FIRST_STEP=1   the first compiled step with an empty cache, and its perf/cache log in $OUT
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 B=${BUILD_DIR:-/tmp/build}
@@ -50,5 +51,15 @@ if [ -n "${FIRST_STEP:-}" ]; then  # the first compiled step in a new process, e
   EMBER_CACHE_DIR=$(mktemp -d) timeout 120 $B/bench/ember_bench run --repeats 1 --steps 2 \
     --modes default --workloads gpt_small --batches 32 >/tmp/e4.txt 2>&1
   tail -3 /tmp/e4.txt
+  # Where it goes: the traced calls, the precompile, each kernel's origin and the build, with
+  # an empty cache and then the cache that run filled (one probe process each).
+  cache=$(mktemp -d)
+  for phase in cold warm; do
+    echo "##### $phase cache" >>"$out/first_step.txt"
+    EMBER_CACHE_DIR=$cache EMBER_LOGS=perf,cache timeout 100 $B/bench/ember_bench probe \
+      --device cuda --workload gpt_small --batch 32 --mode reduce-overhead \
+      >>"$out/first_step.txt" 2>&1
+  done
+  grep -E "precompiled|built in|traced call|^[0-9.]+$" "$out/first_step.txt" | head -12
 fi
 echo "== done at ${SECONDS}s"
