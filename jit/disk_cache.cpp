@@ -70,7 +70,8 @@ class FileLock {
 // file; nullopt with `problem` set when something else is there or reading it failed. Opened
 // non-blocking: a FIFO planted under a cache name would otherwise block the open (while the
 // caller holds the index lock) until some writer appears; it is refused by the fstat instead.
-std::optional<std::string> read_file(const fs::path& path, std::string& problem) {
+std::optional<std::string> read_file(const fs::path& path, std::string& problem,
+                                     struct stat* examined = nullptr) {
   problem.clear();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -90,6 +91,7 @@ std::optional<std::string> read_file(const fs::path& path, std::string& problem)
     problem = "is not a regular file";
     return std::nullopt;
   }
+  if (examined) *examined = st;
   std::string out;
   char buf[1 << 16];
   for (;;) {
@@ -149,10 +151,10 @@ bool valid_record(std::string_view key, const json& e) {
 // when something exists under the name that is not an index of exactly the form this version
 // writes: {"version": 1, "entries": {...}} and nothing else. Records are checked one by one
 // where they are used.
-json read_index(const fs::path& dir, bool& bad, std::string& why) {
+json read_index(const fs::path& dir, bool& bad, std::string& why, struct stat* examined) {
   bad = false;
   json empty = {{"version", kIndexVersion}, {"entries", json::object()}};
-  const std::optional<std::string> text = read_file(dir / kIndexName, why);
+  const std::optional<std::string> text = read_file(dir / kIndexName, why, examined);
   if (!text) {
     bad = !why.empty();
     return empty;
@@ -183,9 +185,65 @@ std::string utc_now() {
   return buf;
 }
 
+// What tells one version of the index file from another: a rewrite renames a new file over it
+// (a new inode, or a reused one with new times).
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  int64_t mtime_s = 0, mtime_ns = 0, ctime_s = 0, ctime_ns = 0;
+  bool operator==(const FileId&) const = default;
+};
+FileId file_id(const struct stat& st) {
+  return {st.st_dev,          st.st_ino,          st.st_size,        st.st_mtim.tv_sec,
+          st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+}
+
 }  // namespace
 
-DiskCache::DiskCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
+struct DiskCache::IndexMemo {
+  std::mutex mu;
+  std::optional<FileId> id;  // of the file `index` was read from or written as
+  std::shared_ptr<const json> index;
+  bool validated = false;  // every record checked (by a store) since it was read
+};
+
+namespace {
+
+// With the directory lock held: the index as the file holds it now, from the memo when the file
+// is the one it remembers, else read (and remembered). `validated` says whether every record is
+// known to be of the form store() writes.
+std::shared_ptr<const json> current_index(const fs::path& dir, DiskCache::IndexMemo& memo,
+                                          bool& bad, std::string& why, bool& validated) {
+  bad = false;
+  why.clear();
+  struct stat st {};
+  if (::stat((dir / kIndexName).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    std::lock_guard<std::mutex> lock(memo.mu);
+    if (memo.index && memo.id == file_id(st)) {
+      validated = memo.validated;
+      return memo.index;
+    }
+  }
+  struct stat examined {};
+  auto idx = std::make_shared<const json>(read_index(dir, bad, why, &examined));
+  std::lock_guard<std::mutex> lock(memo.mu);
+  if (!bad && examined.st_ino != 0) {
+    memo.id = file_id(examined);
+    memo.index = idx;
+  } else {
+    memo.id.reset();
+    memo.index.reset();
+  }
+  memo.validated = validated = false;
+  return idx;
+}
+
+}  // namespace
+
+DiskCache::DiskCache(std::filesystem::path dir)
+    : dir_(std::move(dir)), memo_(std::make_unique<IndexMemo>()) {}
+DiskCache::~DiskCache() = default;
 
 std::filesystem::path DiskCache::default_dir() {
   if (const char* d = std::getenv("EMBER_CACHE_DIR")) return d;  // set but empty: disabled
@@ -245,9 +303,10 @@ std::optional<std::string> DiskCache::load(std::string_view key) {
     FileLock lock(dir_ / kLockName, /*exclusive=*/false);
     bool bad_index = false;
     std::string why;
-    const json idx = read_index(dir_, bad_index, why);
+    bool validated = false;
+    const std::shared_ptr<const json> idx = current_index(dir_, *memo_, bad_index, why, validated);
     if (bad_index) return bad("is unreadable: index.json is corrupted (it " + why + ")");
-    const json& entries = idx["entries"];
+    const json& entries = (*idx)["entries"];
     const auto it = entries.find(std::string(key));
     if (it == entries.end()) return miss("");
     const json& e = *it;
@@ -293,11 +352,12 @@ bool DiskCache::store(std::string_view key, std::string_view bytes) {
       return false;
     }
     bool bad_index = false;
-    json idx = read_index(dir_, bad_index, why);
+    bool validated = false;
+    json idx = *current_index(dir_, *memo_, bad_index, why, validated);
     if (bad_index) say("index.json in " + dir_.string() + " " + why + "; rebuilding it");
     // Records not of the form written here are dropped, so the rewritten index is all valid.
     json& entries = idx["entries"];
-    for (auto it = entries.begin(); it != entries.end();) {
+    for (auto it = entries.begin(); !validated && it != entries.end();) {
       if (valid_key(it.key()) && valid_record(it.key(), it.value())) {
         ++it;
       } else {
@@ -310,6 +370,15 @@ bool DiskCache::store(std::string_view key, std::string_view bytes) {
                                  {"checksum", checksum(bytes)},
                                  {"created", utc_now()}};
     why = write_atomically(dir_ / kIndexName, idx.dump(1));
+    {
+      // Remembered as written: the lock is still held, so the file is still this one.
+      struct stat st {};
+      const bool known = why.empty() && ::stat((dir_ / kIndexName).c_str(), &st) == 0;
+      std::lock_guard<std::mutex> guard(memo_->mu);
+      memo_->id = known ? std::optional<FileId>(file_id(st)) : std::nullopt;
+      memo_->index = known ? std::make_shared<const json>(std::move(idx)) : nullptr;
+      memo_->validated = known;
+    }
     if (!why.empty()) {
       report_unusable(why);
       return false;

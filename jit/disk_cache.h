@@ -13,10 +13,14 @@
 // trusted unchecked. An index.json not of exactly the form above (or not a regular file: a FIFO is
 // refused, never waited on) is reported the same way and replaced by the next store(), which also
 // drops any record not of the form it writes.
+// The index is parsed again only when the file changed (its inode, size or times) since this
+// process last read or wrote it: a load then costs a stat and a lookup, not a parse of every
+// record, which made a cache of a few thousand kernels cost milliseconds per kernel.
 // A directory that cannot be created or written only costs the cache: every call degrades to a
 // miss (reported once) and never throws.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,6 +32,9 @@ class DiskCache {
  public:
   // An empty `dir` disables the cache.
   explicit DiskCache(std::filesystem::path dir);
+  ~DiskCache();
+  DiskCache(const DiskCache&) = delete;
+  DiskCache& operator=(const DiskCache&) = delete;
 
   // EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else $HOME/.cache/ember; empty without any.
   static std::filesystem::path default_dir();
@@ -51,11 +58,14 @@ class DiskCache {
   // The checksum recorded per entry (64-bit FNV-1a of the bytes, as 16 hex digits).
   static std::string checksum(std::string_view bytes);
 
+  struct IndexMemo;  // defined in disk_cache.cpp
+
  private:
   void report_unusable(const std::string& why);
 
   std::filesystem::path dir_;
-  mutable std::mutex mu_;  // guards stats_ and the once-only report
+  std::unique_ptr<IndexMemo> memo_;  // the index as last read or written, and its file's identity
+  mutable std::mutex mu_;            // guards stats_ and the once-only report
   Stats stats_;
   bool reported_unusable_ = false;
 };

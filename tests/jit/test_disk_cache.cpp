@@ -218,6 +218,32 @@ TEST_CASE("disk cache: corrupted, truncated and missing entries are reported and
   CHECK(*got == bytes);
 }
 
+TEST_CASE("disk cache: an index another process rewrote is read again, never used stale",
+          "[jit][cache]") {
+  // Two cache objects on one directory stand for two processes: each remembers the index it
+  // last read or wrote, which must give way to whatever the other wrote since.
+  test::TempDir tmp;
+  jit::DiskCache a(tmp.path()), b(tmp.path());
+  REQUIRE(a.store("k1", "one"));
+  REQUIRE(a.load("k1") == std::optional<std::string>("one"));  // a's index from memory now
+  REQUIRE(b.store("k2", "two"));
+  CHECK(a.load("k2") == std::optional<std::string>("two"));
+  // a's next store adds to the index b wrote, not to the one a remembered.
+  REQUIRE(a.store("k3", "three"));
+  for (const auto& [k, v] : {std::pair{"k1", "one"}, {"k2", "two"}, {"k3", "three"}}) {
+    INFO(k);
+    CHECK(b.load(k) == std::optional<std::string>(v));
+    CHECK(jit::DiskCache(tmp.path()).load(k) == std::optional<std::string>(v));
+  }
+  // b replaces k1 (the same length, so the index keeps its size): a reads the new record.
+  REQUIRE(b.store("k1", "ONE"));
+  CHECK(a.load("k1") == std::optional<std::string>("ONE"));
+  // And a removed index is noticed: every entry is then a miss.
+  fs::remove(tmp.path() / "index.json");
+  CHECK_FALSE(a.load("k2").has_value());
+  CHECK(a.stats().bad_entries == 0);
+}
+
 TEST_CASE("disk cache: a FIFO under the index's or an entry's name is refused, not waited on",
           "[jit][cache]") {
   TempDir tmp;
