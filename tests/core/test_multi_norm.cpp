@@ -60,6 +60,14 @@ TEST_CASE("multi_norm propagates NaN, widens to float64, and accepts any layout"
   CHECK(got[2] == Approx(norm_of(c, 2)).epsilon(1e-15));
   CHECK(multi_norm({ta, tc}, 2).dtype() == kFloat32);
 
+  // A 0-dim tensor is one element; an empty one has norm 0 for every p.
+  const Tensor scalar = test::make({-3}, {}, kFloat32);
+  const Tensor empty = test::make({}, {0, 4}, kFloat32);
+  for (double p : {1.0, 2.0, 3.0, double(INFINITY)}) {
+    INFO("p " << p);
+    CHECK(test::read(multi_norm({scalar, empty}, p)) == std::vector<double>{3, 0});
+  }
+
   // A transposed view: its norm is its elements', whatever the order.
   const Tensor m = test::make({1, 2, 3, 4, 5, 6}, {2, 3}, kFloat32).t();
   CHECK(test::read(multi_norm({m}, 1))[0] == 21);
