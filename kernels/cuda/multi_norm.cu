@@ -14,6 +14,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_util.h"
+#include "kernels/cuda/multi_tensor_dtype.h"
 #include "kernels/cuda/runtime.h"
 
 namespace ember::kernels::cuda {
@@ -22,15 +23,13 @@ namespace dev {
 inline constexpr int kNormMax = 64;
 inline constexpr int kNormThreads = 256;
 
-enum NormDType : unsigned char { kNormF32, kNormF64, kNormF16, kNormBF16 };
-
 // ~1.4 KB of kernel parameters.
 struct NormTensors {
   int count;
   const void* data[kNormMax];
   int64_t numel[kNormMax];
   int first_block[kNormMax + 1];  // tensor k's chunks: blocks [first_block[k], first_block[k+1])
-  unsigned char dtype[kNormMax];
+  unsigned char dtype[kNormMax];  // MultiTensorDType
   int64_t chunk;  // elements per block, a multiple of 8
 };
 
@@ -113,13 +112,13 @@ __global__ void __launch_bounds__(kNormThreads)
   double acc = 0;
   if (b < e) {
     switch (ts.dtype[k]) {  // the same branch for the whole block
-      case kNormF32:
+      case kMtFloat32:
         acc = thread_share(static_cast<const float*>(ts.data[k]), b, e, term);
         break;
-      case kNormF64:
+      case kMtFloat64:
         acc = thread_share(static_cast<const double*>(ts.data[k]), b, e, term);
         break;
-      case kNormF16:
+      case kMtFloat16:
         acc = thread_share(static_cast<const __half*>(ts.data[k]), b, e, term);
         break;
       default:
@@ -151,26 +150,6 @@ __global__ void __launch_bounds__(kNormThreads)
 
 }  // namespace dev
 
-namespace {
-
-dev::NormDType norm_dtype(const Tensor& t, size_t i) {
-  switch (t.dtype()) {
-    case DType::Float32:
-      return dev::kNormF32;
-    case DType::Float64:
-      return dev::kNormF64;
-    case DType::Float16:
-      return dev::kNormF16;
-    case DType::BFloat16:
-      return dev::kNormBF16;
-    default:
-      EMBER_FAIL("multi_norm: tensor ", i, " has dtype ", dtype_name(t.dtype()),
-                 "; expected a floating dtype");
-  }
-}
-
-}  // namespace
-
 void multi_norm(const KernelCall& call) {
   const auto& in = call.inputs;
   const Tensor& out = call.out;
@@ -189,7 +168,8 @@ void multi_norm(const KernelCall& call) {
                   ") must be contiguous on ", out.device().str());
       ts.data[k] = t.raw_data();
       ts.numel[k] = t.numel();
-      ts.dtype[k] = norm_dtype(t, base + k);
+      ts.dtype[k] = multi_tensor_dtype(t.dtype(), "multi_norm", "tensor",
+                                       static_cast<int64_t>(base + k));
       total += t.numel();
     }
     // Chunks long enough that every tensor's (at least one each, so an empty tensor's norm is

@@ -17,22 +17,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-dev::MultiTensorDType table_dtype(DType t, int64_t i) {
-  switch (t) {
-    case DType::Float32:
-      return dev::kMtFloat32;
-    case DType::Float64:
-      return dev::kMtFloat64;
-    case DType::Float16:
-      return dev::kMtFloat16;
-    case DType::BFloat16:
-      return dev::kMtBFloat16;
-    default:
-      EMBER_FAIL("sgd_update: parameter ", i, " has dtype ", dtype_name(t),
-                 "; expected a floating dtype");
-  }
-}
-
 void sgd_update(const KernelCall& call) {
   const auto& in = call.inputs;
   const Attrs& a = call.attrs;
@@ -72,7 +56,7 @@ void sgd_update(const KernelCall& call) {
       ts.grad[k] = g.raw_data();
       ts.buf[k] = b ? b->raw_data() : nullptr;
       ts.numel[k] = p.numel();
-      ts.dtype[k] = table_dtype(p.dtype(), i);
+      ts.dtype[k] = multi_tensor_dtype(p.dtype(), "sgd_update", "parameter", i);
       ts.first_item[k + 1] =
           ts.first_item[k] + ceil_div(p.numel(), dev::sgd_item_elems(ts.dtype[k]));
     }

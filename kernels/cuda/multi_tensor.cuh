@@ -25,13 +25,12 @@
 // each block (no host synchronize), so this holds inside a captured CUDA graph too.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/device_error.cuh"
+#include "kernels/cuda/multi_tensor_dtype.h"
 
 namespace ember::kernels::cuda::dev {
 
 inline constexpr int kMultiTensorMax = 64;
 
-// The storage type of one tensor of the table.
-enum MultiTensorDType : unsigned char { kMtFloat32, kMtFloat64, kMtFloat16, kMtBFloat16 };
 
 // ~2.6 KB: well inside the 4 KB of kernel parameters every architecture takes.
 struct SgdTensors {
@@ -171,3 +170,4 @@ __global__ void sgd_update_kernel(SgdTensors ts, const float* __restrict__ hyper
 }
 
 }  // namespace ember::kernels::cuda::dev
+
