@@ -1,6 +1,9 @@
 #pragma once
 // CPU kernels by kind; kernels/cpu/dispatch_cpu.cpp routes a KernelCall to one of these.
+#include <type_traits>
+
 #include "core/dispatch.h"
+#include "core/half.h"
 
 namespace ember::kernels::cpu {
 void pointwise(const KernelCall& call);      // Nullary/Unary/Binary/Ternary (pointwise.cpp)
@@ -28,6 +31,14 @@ void conv(const KernelCall& call);  // conv.cpp: conv2d and its backward rows (i
 template <class T>
 void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
                  const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate);
+// A double result rounded to T; 16-bit floats through float, as their constructors take it.
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    return T(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
+}
 // Whether a multi-tensor update was handed a found_inf that is set (multi_tensor.cpp).
 bool found_inf_set(const KernelCall& call);
 }  // namespace ember::kernels::cpu

@@ -17,15 +17,6 @@
 namespace ember::kernels::cpu {
 namespace {
 
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    return T(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
 // log(sum(exp(row))) in double, shifted by the row max; NaN in, NaN out.
 template <class T>
 double row_logsumexp(const T* x, int64_t stride, int64_t n) {

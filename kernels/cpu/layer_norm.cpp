@@ -11,17 +11,10 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/norm_rows.h"
 
 namespace ember::kernels::cpu {
 namespace {
-
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
-    return T(static_cast<float>(v));
-  else
-    return static_cast<T>(v);
-}
 
 struct RowStats {
   double mean, rstd;
@@ -84,13 +77,9 @@ void layer_norm(const KernelCall& call) {
   const bool bwd = call.op == OpId::layer_norm_backward;
   const Tensor& x = call.inputs.back();
   const char* name = op_name(call.op).data();
-  for (const Tensor& t : call.inputs)
-    EMBER_CHECK(t.is_contiguous(), name, ": input of shape ", t.sizes(), " (strides ",
-                t.strides(), ") must be contiguous");
-  int64_t C = 1;
-  for (int d = static_cast<int>(call.attrs.dim); d < x.dim(); ++d) C *= x.size(d);
-  if (x.numel() == 0) return;
-  const int64_t rows = x.numel() / C;
+  const NormRows shape = norm_rows(call);
+  const int64_t rows = shape.rows, C = shape.cols;
+  if (rows == 0) return;
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_integral_v<T>) {

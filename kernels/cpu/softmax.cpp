@@ -18,18 +18,6 @@
 namespace ember::kernels::cpu {
 namespace {
 
-template <class T>
-constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-template <class T>
-T from_double(double v) {
-  if constexpr (kIsHalf<T>) {
-    return T(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
 // `e` is scratch for n doubles: softmax keeps each exp there so it is computed once and the
 // division rounds to T only once.
 template <class T, bool kLog>

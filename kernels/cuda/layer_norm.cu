@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_util.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/norm_rows.h"
 
 namespace ember::kernels::cuda {
 namespace dev {
@@ -71,13 +72,9 @@ void layer_norm(const KernelCall& call) {
   const bool bwd = call.op == OpId::layer_norm_backward;
   const Tensor& x = call.inputs.back();
   const char* name = op_name(call.op).data();
-  for (const Tensor& t : call.inputs)
-    EMBER_CHECK(t.is_contiguous(), name, ": input of shape ", t.sizes(), " (strides ",
-                t.strides(), ") must be contiguous");
-  int64_t C = 1;
-  for (int d = static_cast<int>(call.attrs.dim); d < x.dim(); ++d) C *= x.size(d);
-  if (x.numel() == 0) return;
-  const int64_t rows = x.numel() / C;
+  const NormRows shape = norm_rows(call);
+  const int64_t rows = shape.rows, C = shape.cols;
+  if (rows == 0) return;
   const int64_t per_row = C <= 1024 ? 32 : C <= 8192 ? 256 : 1024;
   const dim3 block(static_cast<unsigned>(per_row),
                    static_cast<unsigned>(std::max<int64_t>(1, 256 / per_row)));
