@@ -1,6 +1,7 @@
 #include "core/log.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -50,6 +51,9 @@ unsigned parse(const char* env) {
 
 std::atomic<unsigned> g_mask{parse(std::getenv("EMBER_LOGS"))};
 std::atomic<LogSink> g_sink{nullptr};
+// Lines on stderr carry the milliseconds since the library loaded, so a log of a slow first step
+// says where the time went between the messages as well as in them.
+const std::chrono::steady_clock::time_point g_start = std::chrono::steady_clock::now();
 
 }  // namespace
 
@@ -64,6 +68,11 @@ void log_write(Log which, std::string_view msg) {
     sink(line);
     return;
   }
+  char stamp[32];
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - g_start).count();
+  std::snprintf(stamp, sizeof stamp, "[ember] [+%.1f ms]", ms);
+  line.replace(0, 7, stamp);
   line += '\n';
   std::fwrite(line.data(), 1, line.size(), stderr);
 }

@@ -14,6 +14,21 @@ export PYTHONPATH=$PWD/.device/deps/usr/lib/python3/dist-packages:${PYTHONPATH:-
 OUT=/tmp/device-logs BUILD_ONLY=1 bash .device/run.sh >/tmp/build.txt 2>&1 ||
   { tail -30 /tmp/build.txt; grep -E "error" /tmp/device-logs/build.log | head -30; exit 1; }
 echo "== built at ${SECONDS}s"
+if [ -n "${FIRST_STEP:-}" ]; then  # the first compiled step in a new process, empty cache
+  EMBER_CACHE_DIR=$(mktemp -d) timeout 120 $B/bench/ember_bench run --repeats 1 --steps 2 \
+    --modes default --workloads gpt_small --batches 32 >/tmp/e4.txt 2>&1
+  tail -3 /tmp/e4.txt
+  # Where it goes: the traced calls, the precompile, each kernel's origin and the build, with
+  # an empty cache and then the cache that run filled (one probe process each).
+  cache=$(mktemp -d)
+  for phase in cold warm; do
+    echo "##### $phase cache" >>"$out/first_step.txt"
+    EMBER_CACHE_DIR=$cache EMBER_LOGS=perf,cache timeout 100 $B/bench/ember_bench probe \
+      --device cuda --workload gpt_small --batch 32 --mode reduce-overhead \
+      >>"$out/first_step.txt" 2>&1
+  done
+  grep -E "precompiled|built in|traced call|^[0-9.]+$" "$out/first_step.txt" | head -12
+fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   sel=(-L cuda); [ -n "${TESTS:-}" ] && sel=(-L cuda -R "attention|jit|slice_sums|sum_products|reduction|clip|amp|op table")
   ( cd "$B" && timeout 300 ctest "${sel[@]}" -j4 --timeout 150 --output-on-failure ) >"$out/ctest.txt" 2>&1
@@ -46,20 +61,5 @@ if [ -z "${SKIP_TORCH:-}" ]; then
     timeout 200 $T --workloads gpt_base --batches 16 --amp bf16 >/tmp/t3.txt 2>&1
     tail -4 /tmp/t3.txt
   fi
-fi
-if [ -n "${FIRST_STEP:-}" ]; then  # the first compiled step in a new process, empty cache
-  EMBER_CACHE_DIR=$(mktemp -d) timeout 120 $B/bench/ember_bench run --repeats 1 --steps 2 \
-    --modes default --workloads gpt_small --batches 32 >/tmp/e4.txt 2>&1
-  tail -3 /tmp/e4.txt
-  # Where it goes: the traced calls, the precompile, each kernel's origin and the build, with
-  # an empty cache and then the cache that run filled (one probe process each).
-  cache=$(mktemp -d)
-  for phase in cold warm; do
-    echo "##### $phase cache" >>"$out/first_step.txt"
-    EMBER_CACHE_DIR=$cache EMBER_LOGS=perf,cache timeout 100 $B/bench/ember_bench probe \
-      --device cuda --workload gpt_small --batch 32 --mode reduce-overhead \
-      >>"$out/first_step.txt" 2>&1
-  done
-  grep -E "precompiled|built in|traced call|^[0-9.]+$" "$out/first_step.txt" | head -12
 fi
 echo "== done at ${SECONDS}s"
