@@ -296,10 +296,18 @@ class Writer {
     std::vector<ValueId> read_inside;
     for (int32_t ni : grp_.nodes)
       for (ValueId in : g_.nodes[ni].inputs) read_inside.push_back(in);
+    // Intermediates are named by their member's position in the group, never by graph value
+    // ids: groups that compute the same thing (a model's repeated layers) then emit the same
+    // source and share one compile, one cache entry and one loaded module.
+    auto local = [&](ValueId v) {
+      for (size_t i = 0; i < grp_.nodes.size(); ++i)
+        if (g_.nodes[grp_.nodes[i]].out == v) return str("t", i);
+      EMBER_FAIL("pointwise codegen: value ", v, " is neither an operand nor a member's output");
+    };
     auto name = [&](ValueId v) {
       for (const Op& o : ops_)
         if (!o.info.output && o.info.value == v) return o.param;
-      return str("v", v);
+      return local(v);
     };
     for (int32_t ni : grp_.nodes) {
       const Node& n = g_.nodes[ni];
@@ -322,11 +330,11 @@ class Writer {
       const bool kept = out == kFloat32 || out == kFloat64 || out == kInt32 || out == kInt64;
       if (kept && std::count(read_inside.begin(), read_inside.end(), n.out) > 0)
         expr = "fp::keep(" + expr + ")";
-      os << "  const " << cuda_storage_type(out) << " v" << n.out << " = " << expr << ";  // "
-         << op_name(n.op) << "\n";
+      os << "  const " << cuda_storage_type(out) << " " << local(n.out) << " = " << expr
+         << ";  // " << op_name(n.op) << "\n";
     }
     for (const Op& o : ops_)
-      if (o.info.output) os << "  " << o.param << " = v" << o.info.value << ";\n";
+      if (o.info.output) os << "  " << o.param << " = " << local(o.info.value) << ";\n";
     os << "}\n\n";
   }
 
