@@ -17,6 +17,10 @@ install(TARGETS ember EXPORT emberTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
+if(TARGET ember-nvrtc-worker)
+  install(TARGETS ember-nvrtc-worker RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ember)
+endif()
+
 # Headers keep their layout under include/ember/, which the installed `ember` target puts on
 # the include path (next to include/), so both <ember/ember.h> and the library's own
 # "core/tensor.h"-style includes resolve. The .cuh templates ship too: the JIT compiles them

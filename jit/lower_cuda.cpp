@@ -140,11 +140,13 @@ void precompile_cuda_lowerings(const Graph& g, const std::vector<int32_t>& group
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const rtc::PrecompileStats after = rtc::precompile_stats();
-    log(Log::perf, "precompiled " + std::to_string(after.compiled - before.compiled) +
-                       " (and read " + std::to_string(after.from_store - before.from_store) +
+    log(Log::perf, "precompiled " + std::to_string(after.compiled - before.compiled) + " (" +
+                       std::to_string(after.in_workers - before.in_workers) +
+                       " in worker processes; read " +
+                       std::to_string(after.from_store - before.from_store) +
                        " from the disk cache) of " + std::to_string(sources.size()) +
-                       " generated kernels on up to " +
-                       std::to_string(rtc::default_compile_threads()) + " threads in " +
+                       " generated kernels, up to " +
+                       std::to_string(rtc::default_compile_threads()) + " at once, in " +
                        std::to_string(ms) + " ms");
   }
 #else

@@ -1,11 +1,9 @@
 // How NVRTC's compile time scales on this machine: K distinct generated-style kernels (the fused
 // pointwise header, a small body, a different element count each) compiled for sm_90 on one
-// thread, on T threads of this process, and in T child processes (fork before anything touches
-// CUDA), wall time each. Needs no GPU. bench/NOTES.md has what it showed.
+// thread, on T threads of this process, and in T worker processes (ember-nvrtc-worker, as
+// precompile() runs them), wall time each. Needs no GPU. bench/NOTES.md has what it showed.
 //   nvrtc_scaling [--kernels K] [--workers T]
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/nvrtc.h"
+#include "kernels/cuda/nvrtc_workers.h"
 
 namespace rtc = ember::kernels::cuda::nvrtc;
 
@@ -72,28 +71,19 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> src;
   for (int i = 0; i < kernels; ++i) src.push_back(source(i));
-  // The processes first, so that no NVRTC thread of this process exists when it forks.
+  // Worker processes as precompile() starts them (kernels/cuda/nvrtc_workers.h).
+  const std::string& worker = rtc::worker_path();
+  if (worker.empty()) {
+    std::printf("no ember-nvrtc-worker found\n");
+    return 1;
+  }
+  std::vector<rtc::WorkerJob> jobs;
+  for (const std::string& s : src) jobs.push_back({s, "s.cu"});
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<pid_t> kids;
-  for (unsigned w = 0; w < workers; ++w) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      int failed = 0;
-      for (size_t i = w; i < src.size(); i += workers) try {
-          (void)rtc::compile(src[i], 90, "s.cu");
-        } catch (...) {
-          failed = 1;
-        }
-      std::_Exit(failed);
-    }
-    if (pid > 0) kids.push_back(pid);
-  }
-  int bad = 0;
-  for (pid_t p : kids) {
-    int status = 0;
-    ::waitpid(p, &status, 0);
-    bad += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  const std::vector<std::optional<rtc::Binary>> got =
+      rtc::compile_in_workers(jobs, 90, workers, worker);
+  const int bad = static_cast<int>(
+      std::count_if(got.begin(), got.end(), [](const auto& b) { return !b.has_value(); }));
   const double procs = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
   {
@@ -113,6 +103,6 @@ int main(int argc, char** argv) {
   std::printf("nvrtc %d, %d kernels for sm_90: one thread %.1f ms, %u threads %.1f ms, %u processes "
               "%.1f ms%s\n",
               rtc::version(), kernels, one, workers, threads, workers, procs,
-              bad ? " (a child failed)" : "");
+              bad ? " (a worker compiled not all)" : "");
   return bad ? 1 : 0;
 }

@@ -1,7 +1,6 @@
 #include "kernels/cuda/nvrtc.h"
 
 #include <cuda_runtime_api.h>
-#include <nvrtc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,77 +13,11 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "kernels/cuda/embedded_headers.h"
-#include "kernels/cuda/key_hash.h"
+#include "kernels/cuda/nvrtc_workers.h"
 #include "kernels/cuda/runtime.h"
 
 namespace ember::kernels::cuda::nvrtc {
 namespace {
-
-void check(nvrtcResult r, const char* call) {
-  if (r != NVRTC_SUCCESS) EMBER_FAIL("nvrtc: ", call, " failed: ", nvrtcGetErrorString(r));
-}
-
-// What NVRTC compiles for when asked for `arch`: that architecture as a cubin when NVRTC knows
-// it, else PTX for the newest virtual architecture below it (a GPU newer than this NVRTC).
-struct Target {
-  int arch = 0;
-  bool ptx = false;
-};
-
-const std::vector<int>& supported_archs() {
-  static const std::vector<int> archs = [] {
-    int n = 0;
-    check(nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
-    std::vector<int> v(static_cast<size_t>(n));
-    if (n > 0) check(nvrtcGetSupportedArchs(v.data()), "nvrtcGetSupportedArchs");
-    return v;
-  }();
-  return archs;
-}
-
-Target target_for(int arch) {
-  const std::vector<int>& archs = supported_archs();
-  if (std::find(archs.begin(), archs.end(), arch) != archs.end()) return {arch, false};
-  int best = -1;
-  for (int a : archs)
-    if (a <= arch) best = std::max(best, a);
-  EMBER_CHECK(best > 0, "nvrtc: this NVRTC (", version() / 1000, ".", version() % 1000 / 10,
-              ") cannot compile for sm_", arch);
-  return {best, true};
-}
-
-class Program {
- public:
-  Program(std::string_view source, std::string_view name) {
-    const std::span<const EmbeddedHeader> headers = embedded_headers();
-    std::vector<const char*> texts, names;
-    for (const EmbeddedHeader& h : headers) {
-      texts.push_back(h.text);
-      names.push_back(h.name);
-    }
-    const std::string src(source), label(name);
-    check(nvrtcCreateProgram(&prog_, src.c_str(), label.c_str(), static_cast<int>(headers.size()),
-                             texts.data(), names.data()),
-          "nvrtcCreateProgram");
-  }
-  ~Program() { (void)nvrtcDestroyProgram(&prog_); }
-  Program(const Program&) = delete;
-  Program& operator=(const Program&) = delete;
-  nvrtcProgram get() const { return prog_; }
-
-  std::string log() const {
-    size_t n = 0;
-    if (nvrtcGetProgramLogSize(prog_, &n) != NVRTC_SUCCESS || n == 0) return {};
-    std::string s(n, '\0');
-    if (nvrtcGetProgramLog(prog_, s.data()) != NVRTC_SUCCESS) return {};
-    while (!s.empty() && (s.back() == '\0' || s.back() == '\n')) s.pop_back();
-    return s;
-  }
-
- private:
-  nvrtcProgram prog_ = nullptr;
-};
 
 // Modules loaded in this process, by cache key. Never unloaded: kernels handed out stay valid
 // for the life of the process (and at exit the driver may already be gone).
@@ -118,7 +51,7 @@ std::unordered_map<std::string, Ahead>& ahead() {
   return *m;
 }
 std::atomic<int64_t> g_ahead_compiled{0}, g_ahead_from_store{0}, g_ahead_taken{0},
-    g_ahead_dropped{0};
+    g_ahead_dropped{0}, g_ahead_in_workers{0};
 std::optional<Ahead> take_ahead(const std::string& key, std::string_view source) {
   std::lock_guard<std::mutex> lock(ahead_mutex());
   auto it = ahead().find(key);
@@ -148,11 +81,6 @@ cudaKernel_t kernel_of(Loaded& m, const char* name) {
 
 }  // namespace
 
-int version() {
-  int major = 0, minor = 0;
-  check(nvrtcVersion(&major, &minor), "nvrtcVersion");
-  return major * 1000 + minor * 10;
-}
 
 int device_arch(int dev) {
   int major = 0, minor = 0;
@@ -163,68 +91,9 @@ int device_arch(int dev) {
 
 int sm_count(int dev) { return cuda::sm_count(dev); }
 
-std::vector<std::string> compile_options(int arch) {
-  const Target t = target_for(arch);
-  const std::string a = std::to_string(t.arch);
-  // Spelled out although they are NVRTC's defaults: these are nvcc's defaults too, which the
-  // eager kernels are built with, and equal results depend on them.
-  std::vector<std::string> opts = {
-      t.ptx ? "--gpu-architecture=compute_" + a : "--gpu-architecture=sm_" + a,
-      "-std=c++17",
-      "--fmad=true",
-      "--ftz=false",
-      "--prec-div=true",
-      "--prec-sqrt=true"};
-  // The fused kernels use no textures, device-side launches or runtime API types, which is
-  // what --minimal leaves out of NVRTC's implicit declarations: the same cubin, compiled in
-  // less time (bench/NOTES.md). NVRTC knows the option from CUDA 12.4.
-  if (version() >= 12040) opts.emplace_back("--minimal");
-  return opts;
-}
 
-Binary compile(std::string_view source, int arch, std::string_view name) {
-  const Target t = target_for(arch);
-  const std::vector<std::string> opts = compile_options(arch);
-  std::vector<const char*> argv;
-  for (const std::string& o : opts) argv.push_back(o.c_str());
-  Program prog(source, name);
-  const nvrtcResult r = nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
-  if (r != NVRTC_SUCCESS)
-    EMBER_FAIL("nvrtc: ", name, " does not compile for ", t.ptx ? "compute_" : "sm_", t.arch, " (",
-               nvrtcGetErrorString(r), "):\n", prog.log());
-  Binary b;
-  b.ptx = t.ptx;
-  size_t n = 0;
-  if (t.ptx) {
-    check(nvrtcGetPTXSize(prog.get(), &n), "nvrtcGetPTXSize");
-    b.bytes.resize(n);
-    check(nvrtcGetPTX(prog.get(), b.bytes.data()), "nvrtcGetPTX");
-    while (!b.bytes.empty() && b.bytes.back() == '\0') b.bytes.pop_back();
-  } else {
-    check(nvrtcGetCUBINSize(prog.get(), &n), "nvrtcGetCUBINSize");
-    b.bytes.resize(n);
-    check(nvrtcGetCUBIN(prog.get(), b.bytes.data()), "nvrtcGetCUBIN");
-  }
-  EMBER_CHECK(!b.bytes.empty(), "nvrtc: ", name, " compiled to nothing");
-  return b;
-}
 
-std::string cache_key(std::string_view source, int arch, std::string_view tag) {
-  KeyHash h;
-  h.add("ember nvrtc key v1");
-  h.add(source);
-  for (const EmbeddedHeader& e : embedded_headers()) {
-    h.add(e.name);
-    h.add(e.digest);
-  }
-  h.add(static_cast<uint64_t>(version()));
-  const Target t = target_for(arch);
-  h.add(static_cast<uint64_t>(t.arch));
-  h.add(static_cast<uint64_t>(t.ptx));
-  for (const std::string& o : compile_options(arch)) h.add(o);
-  h.add(tag);
-  return h.hex();
-}
+
 
 const char* origin_name(Origin o) {
   switch (o) {
@@ -248,7 +117,7 @@ Binary fetch_or_compile(std::string_view source, int arch, std::string_view tag,
   if (store) {
     if (std::optional<std::string> bytes = store->load(key)) {
       if (origin) *origin = Origin::Store;
-      return {std::move(*bytes), target_for(arch).ptx};
+      return {std::move(*bytes), compiles_to_ptx(arch)};
     }
   }
   Binary b = compile(source, arch, std::string(tag) + ".cu");
@@ -281,6 +150,7 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
     Binary binary;
     bool ok = false;
     bool from_store = false;
+    bool tried = false;  // by a worker process
   };
   std::vector<Job> jobs;
   {
@@ -291,7 +161,7 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
       if (modules().count(key) || ahead().count(key)) continue;
       if (std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.key == key; }))
         continue;
-      jobs.push_back({&s, std::move(key), {}, false, false});
+      jobs.push_back({&s, std::move(key), {}, false, false, false});
     }
   }
   if (threads == 0) threads = default_compile_threads();
@@ -304,16 +174,42 @@ void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* sto
   if (store)
     for (Job& j : jobs)
       if (std::optional<std::string> bytes = store->load(j.key)) {
-        j.binary = {std::move(*bytes), target_for(arch).ptx};
+        j.binary = {std::move(*bytes), compiles_to_ptx(arch)};
         j.ok = j.from_store = true;
         --to_compile;
       }
+  // In worker processes where there is a worker program: NVRTC serializes the threads of one
+  // process. If none of them compiled anything (no worker started), the threads below do it all;
+  // otherwise what a worker could not compile is left to get_module, which reports the error.
+  const std::string& worker = worker_path();
+  if (!worker.empty() && threads >= 2 && to_compile >= 2) {
+    std::vector<WorkerJob> wjobs;
+    std::vector<Job*> which;
+    for (Job& j : jobs)
+      if (!j.ok) {
+        wjobs.push_back({j.src->source, j.src->tag + ".cu"});
+        which.push_back(&j);
+      }
+    std::vector<std::optional<Binary>> bins = compile_in_workers(wjobs, arch, threads, worker);
+    size_t got = 0;
+    for (size_t i = 0; i < bins.size(); ++i)
+      if (bins[i]) {
+        which[i]->binary = std::move(*bins[i]);
+        which[i]->ok = true;
+        ++got;
+      }
+    if (got > 0) {
+      g_ahead_in_workers += static_cast<int64_t>(got);
+      to_compile = 0;
+      for (Job& j : jobs) j.tried = true;
+    }
+  }
   threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, to_compile)));
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       Job& j = jobs[i];
-      if (j.ok) continue;  // read from the store
+      if (j.ok || j.tried) continue;  // read from the store, or a worker's
       try {
         j.binary = compile(j.src->source, arch, j.src->tag + ".cu");
         j.ok = true;
@@ -351,7 +247,7 @@ void drop_precompiled() {
 
 PrecompileStats precompile_stats() {
   return {g_ahead_compiled.load(), g_ahead_from_store.load(), g_ahead_taken.load(),
-          g_ahead_dropped.load()};
+          g_ahead_dropped.load(), g_ahead_in_workers.load()};
 }
 
 Module get_module(std::string_view source, std::string_view tag,

@@ -34,6 +34,9 @@ struct Binary {
   std::string bytes;
   bool ptx = false;
 };
+// Whether compile() makes PTX for `arch` (an architecture newer than this NVRTC) rather than a
+// cubin; an ember::Error where it can make neither.
+bool compiles_to_ptx(int arch);
 // The options compile() passes NVRTC for `arch` (they are part of the cache key).
 std::vector<std::string> compile_options(int arch);
 // Compiles `source` for `arch`; throws ember::Error carrying NVRTC's log when it does not
@@ -66,16 +69,18 @@ struct KernelSource {
   std::string source;
   std::string tag;
 };
-// Threads precompile() uses when not told: EMBER_COMPILE_THREADS (1 compiles each kernel in its
-// get_module call, as without precompile), else one per hardware thread. A malformed value is an
-// ember::Error naming it.
+// Compiles precompile() runs at once when not told: EMBER_COMPILE_THREADS (1 compiles each
+// kernel in its get_module call, as without precompile), else one per hardware thread. A
+// malformed value is an ember::Error naming it.
 unsigned default_compile_threads();
-// Reads from `store`, or else compiles (and puts in `store`), on up to `threads` threads at once
-// (0: default_compile_threads()), the binaries of the sources for `dev` not loaded in this
-// process, and keeps them for the get_module calls that follow: a compiled step's generated
-// kernels are compiled side by side instead of one by one as its lowerings are built, and a
-// stored binary is read once. A source that does not compile is skipped here (its get_module
-// call reports the error). Needs no GPU beyond asking `dev`'s architecture.
+// Reads from `store`, or else compiles (and puts in `store`), up to `threads` at once (0:
+// default_compile_threads()), the binaries of the sources for `dev` not loaded in this process,
+// and keeps them for the get_module calls that follow: a compiled step's generated kernels are
+// compiled side by side instead of one by one as its lowerings are built, and a stored binary is
+// read once. The compiles run in worker processes where the worker program is found
+// (kernels/cuda/nvrtc_workers.h), else on threads of this process. A source that does not
+// compile is skipped here (its get_module call reports the error). Needs no GPU beyond asking
+// `dev`'s architecture.
 void precompile(std::span<const KernelSource> sources, int dev, BinaryStore* store,
                 unsigned threads = 0);
 // Drops what precompile() kept and no get_module call took (a lowering that generated another
@@ -86,6 +91,7 @@ void drop_precompiled();
 // drop_precompiled() discarded.
 struct PrecompileStats {
   int64_t compiled = 0, from_store = 0, taken = 0, dropped = 0;
+  int64_t in_workers = 0;  // of `compiled`, those compiled in worker processes
 };
 PrecompileStats precompile_stats();
 

@@ -10,6 +10,7 @@
 //    generated kernel returns bit for bit what eager returns (the same functors in the same
 //    compute types), for fresh random inputs over several calls; and the MLP training step
 //    compiled on CUDA, with its pointwise groups lowered, matches eager.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -34,6 +35,7 @@
 #include "test_util.h"
 #if defined(EMBER_WITH_CUDA)
 #include "kernels/cuda/nvrtc.h"
+#include "kernels/cuda/nvrtc_workers.h"
 #include "memory_binary_store.h"
 #endif
 
@@ -372,6 +374,45 @@ TEST_CASE("nvrtc: a broken source raises an error carrying NVRTC's log", "[jit][
     CHECK(has(msg, "no_such_function"));  // NVRTC's own diagnostic, with the line
     CHECK(has(msg, "broken.cu(2)"));
   }
+}
+
+TEST_CASE("nvrtc workers: binaries made in worker processes are compile()'s, a broken one left out",
+          "[jit][codegen]") {
+  // Three kernels the generator writes, and one that does not compile.
+  std::vector<std::string> sources;
+  for (int64_t n : {256, 4096, 100000}) {
+    Builder b;
+    const ValueId x = b.input({n});
+    sources.push_back(b.kernel({b.op(OpId::gelu, {b.op(OpId::neg, {x})})}).source);
+  }
+  sources.push_back("extern \"C\" __global__ void broken(float* p) { p[0] = nope(p[1]); }\n");
+  std::vector<rtc::WorkerJob> jobs;
+  for (size_t i = 0; i < sources.size(); ++i)
+    jobs.push_back({sources[i], "job" + std::to_string(i) + ".cu"});
+  const std::string& worker = rtc::worker_path();
+  INFO("worker: " << worker);
+  REQUIRE_FALSE(worker.empty());  // the build makes it beside the library
+  for (unsigned processes : {1u, 2u, 8u}) {
+    INFO(processes << " processes");
+    const std::vector<std::optional<rtc::Binary>> got =
+        rtc::compile_in_workers(jobs, 90, processes, worker);
+    REQUIRE(got.size() == jobs.size());
+    for (size_t i = 0; i + 1 < jobs.size(); ++i) {
+      REQUIRE(got[i].has_value());
+      CHECK_FALSE(got[i]->ptx);
+      CHECK(got[i]->bytes == rtc::compile(sources[i], 90, jobs[i].name).bytes);
+    }
+    CHECK_FALSE(got.back().has_value());
+  }
+  // No worker to start: nothing compiled, nothing thrown (precompile then uses threads).
+  const std::vector<std::optional<rtc::Binary>> none =
+      rtc::compile_in_workers(jobs, 90, 2, "/nonexistent/ember-nvrtc-worker");
+  CHECK(std::none_of(none.begin(), none.end(), [](const auto& b) { return b.has_value(); }));
+  // The worker refuses a malformed command line instead of guessing.
+  std::string prog = "w", bad_arch = "sm90", one = "x.cu";
+  char* args[] = {prog.data(), bad_arch.data(), one.data(), one.data(), one.data()};
+  CHECK(rtc::worker_main(5, args) == 2);
+  CHECK(rtc::worker_main(3, args) == 2);
 }
 
 TEST_CASE("nvrtc: the embedded headers are the eager kernels' own", "[jit][codegen]") {
