@@ -294,6 +294,11 @@ Module get_module(std::string_view source, std::string_view tag,
   return m;
 }
 
+size_t loaded_module_count() {
+  std::lock_guard<std::mutex> lock(modules_mutex());
+  return modules().size();
+}
+
 void launch(const void* kernel, unsigned grid, unsigned block, void* params, int dev,
             const char* what) {
   DeviceGuard guard(dev);

@@ -108,6 +108,9 @@ struct Module {
 Module get_module(std::string_view source, std::string_view tag,
                   std::span<const char* const> kernel_names, int dev, BinaryStore* store);
 
+// Modules loaded in this process so far (one per distinct source and architecture), for tests.
+size_t loaded_module_count();
+
 // Launches `kernel` on Ember's stream of `dev` with one by-value parameter whose bytes are at
 // `params` (a struct of the kernel's parameter type). `what` names the kernel in errors.
 void launch(const void* kernel, unsigned grid, unsigned block, void* params, int dev,

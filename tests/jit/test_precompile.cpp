@@ -142,4 +142,41 @@ TEST_CASE("a compiled step's generated kernels are compiled ahead, each taken by
   for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == want[i]);
 }
 
+TEST_CASE("repeated layers share their generated kernels: as many modules for 5 layers as for 2",
+          "[jit][cuda][nvrtc]") {
+  EMBER_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  // Each layer's scale-and-exp runs as a generated kernel (the first on its own, the others as
+  // the tail of the previous layer's product); a deeper stack of the same layer must need no
+  // more distinct kernels. Shapes no other test uses, distinct per depth, so every kernel is new.
+  auto modules_for = [&](size_t layers, int64_t rows, int64_t width) {
+    manual_seed(11);
+    const Tensor x = randn({rows, width}, dev);
+    std::vector<Tensor> s, w;  // state the function reads, as a model's parameters
+    for (size_t i = 0; i < layers; ++i) {
+      s.push_back(mul(randn({width}, dev), 0.1));
+      w.push_back(mul(randn({width, width}, dev), 0.05));
+    }
+    auto f = [&s, &w](const Tensor& in) {
+      Tensor h = in;
+      for (size_t i = 0; i < s.size(); ++i) h = mm(exp(mul(h, s[i])), w[i]);
+      return h;
+    };
+    auto compiled = jit::compile(f);
+    const size_t m0 = rtc::loaded_module_count();
+    std::vector<double> got;
+    for (int i = 0; i < 3; ++i) got = test::read(compiled(x));
+    CHECK(compiled.stats().replays >= 1);
+    const std::vector<double> want = test::read(f(x));
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == want[i]);
+    return rtc::loaded_module_count() - m0;
+  };
+  const int64_t rows = 64 + getpid() % 500, width = 40 + getpid() % 7;
+  const size_t two = modules_for(2, rows, width), five = modules_for(5, rows + 1, width + 8);
+  INFO("modules loaded: 2 layers " << two << ", 5 layers " << five);
+  CHECK(two >= 1);
+  CHECK(five == two);
+}
+
 #endif  // EMBER_WITH_CUDA
