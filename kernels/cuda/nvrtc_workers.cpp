@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -51,6 +52,17 @@ struct ScratchDir {
   }
 };
 
+// A worker compiling one of the generated kernels peaks at about 80 MB resident; allow 256 MiB
+// each, so that on a machine of many cores and little free memory the workers never push it
+// into swap (they would then be slower than threads).
+size_t workers_memory_allows() {
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 1;
+  constexpr double kPerWorker = 256.0 * 1024 * 1024;
+  return std::max<size_t>(1, static_cast<size_t>(static_cast<double>(pages) *
+                                                 static_cast<double>(page) / kPerWorker));
+}
+
 }  // namespace
 
 const std::string& worker_path() {
@@ -88,7 +100,8 @@ std::vector<std::optional<Binary>> compile_in_workers(std::span<const WorkerJob>
     results[i] = dir.path / (std::to_string(i) + ".bin");
     if (!write_file(src, jobs[i].source)) return out;
   }
-  const unsigned n = static_cast<unsigned>(std::min<size_t>(processes, jobs.size()));
+  const unsigned n = static_cast<unsigned>(
+      std::min<size_t>({processes, jobs.size(), workers_memory_allows()}));
   std::vector<pid_t> children;
   for (unsigned w = 0; w < n; ++w) {
     std::vector<std::string> args = {worker, std::to_string(arch)};

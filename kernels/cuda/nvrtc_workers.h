@@ -27,7 +27,7 @@ struct WorkerJob {
 };
 
 // Compiles each job for `arch` in up to `processes` workers started from `worker` side by side
-// (jobs dealt out in turn). Returns one entry per job: its binary, or nullopt where it did not
+// (jobs dealt out in turn; fewer where the free memory would not hold them, 256 MiB each). Returns one entry per job: its binary, or nullopt where it did not
 // compile (the caller compiles it again in-process to report the error) — or nullopt for all
 // when no worker could be started. Never throws for a job's failure.
 std::vector<std::optional<Binary>> compile_in_workers(std::span<const WorkerJob> jobs, int arch,
