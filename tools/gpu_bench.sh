@@ -17,7 +17,7 @@ if [ "$phase" = ember ]; then
   grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|Skipped\)" "$out/ctest.txt" | tail -12
   for b in 64 8192; do
     EMBER_LOGS=perf "$B/examples/mlp" --batch $b --steps 200 --mode compiled 2>&1 |
-      grep -v "^\[ember\] \[perf\] fn: group\|gemm:" >>"$out/perf.txt"
+      grep -v "^\[ember\] \[+[0-9.]* ms\] \[perf\] fn: group\|gemm:" >>"$out/perf.txt"
   done
   "$B/tools/first_call_parts" 64 >>"$out/perf.txt" 2>&1
   "$B/bench/ember_bench" run --json "$out/ember.json" ${EMBER_BENCH_ARGS:-} >"$out/ember.txt" 2>&1
