@@ -47,10 +47,20 @@ struct Storage {
   uint32_t version = 0;          ///< Bumped by every in-place write through any view.
   PendingHostRead pending_read;  ///< A faster source for a host read of the first bytes, if any.
 
-  /// Allocates `n` bytes on `d` from `a` (no allocation when `n` is 0); throws ember::Error
-  /// when the memory cannot be had.
+  /// Host blocks this small live inside the Storage itself: a wrapped number, a 0-dim loss or
+  /// a step count would otherwise each take a 512-byte block of the host cache (and its lock).
+  static constexpr size_t kInlineBytes = 16;
+
+  /// Allocates `n` bytes on `d` from `a` (no allocation when `n` is 0, none from `a` for host
+  /// blocks of at most kInlineBytes); throws ember::Error when the memory cannot be had.
   Storage(size_t n, Device d, Allocator* a) : nbytes(n), device(d), allocator(a) {
-    data = n ? a->allocate(n) : nullptr;
+    if (n == 0) return;
+    if (d.is_cpu() && n <= kInlineBytes) {
+      data = inline_;
+      allocator = nullptr;  // nothing to give back
+      return;
+    }
+    data = a->allocate(n);
   }
   /// Wraps `n` bytes at `p` on `d` without owning them: the caller keeps them alive and frees
   /// them.
@@ -61,6 +71,9 @@ struct Storage {
   ~Storage() {
     if (allocator && data) allocator->deallocate(data, nbytes);
   }
+
+ private:
+  alignas(16) unsigned char inline_[kInlineBytes] = {};
 };
 
 /// The shared handle tensors hold to their storage.
