@@ -41,6 +41,8 @@ struct Binding {
   std::string stale_reason() const;
 
   Tensor slot_tensor(ValueId v) const { return Tensor(slots[v]); }
+  // Arena `k` of the plan (its memory comes at the first call; the object stays).
+  const StoragePtr& arena(int32_t k) const { return arenas_[static_cast<size_t>(k)]; }
 
   std::vector<std::shared_ptr<TensorImpl>> slots;  // per value id
   // Per input argument: the values whose storage follows it (the root and its views).

@@ -9,33 +9,105 @@
 
 namespace ember::jit {
 
+namespace {
+
+// Whether the plan gives `v` memory of its own (or it is not the group's to hold): otherwise it
+// is an intermediate of the group, computed into scratch.
+bool stored_by_plan(const Graph& g, const MemoryPlan& plan, ValueId v) {
+  return plan.arena_of[v] >= 0 || plan.fresh[v] || g.values[v].kind != ValueKind::Node ||
+         g.values[v].root != v;
+}
+
+// The bytes rounded up to the arena's alignment.
+int64_t aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+std::optional<Group> cpu_chunked_group(const Graph& g, const Group& group) {
+  switch (group.kind) {
+    case GroupKind::Pointwise:
+    case GroupKind::Reduction:
+      return group;
+    case GroupKind::GemmEpilogue:
+      // The product runs as itself; its tail, if any, chunked.
+      if (group.nodes.size() > 1) return sub_group(g, group, 1);
+      return std::nullopt;
+    case GroupKind::CrossEntropy:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+CpuGroupRunner::Cut CpuGroupRunner::cut_of(const Graph& g, const Group& group) {
+  // The group's shape: every pointwise member has it; a reduction reads it.
+  Cut c;
+  const Node& first = g.nodes[group.nodes.front()];
+  c.shape = g.values[first.out].shape;
+  c.rows = c.shape.empty() ? 1 : c.shape[0];
+  const int64_t inner = c.rows > 0 ? std::max<int64_t>(1, numel_of(c.shape) / c.rows) : 1;
+  c.rows_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
+  if (c.shape.empty()) c.rows_per_chunk = 1;
+  c.chunk_elems = c.rows_per_chunk * inner;
+  c.chunks = c.rows > 0 ? (c.rows + c.rows_per_chunk - 1) / c.rows_per_chunk : 0;
+  c.lanes = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), c.chunks));
+  return c;
+}
+
+// 8 bytes per element covers every dtype and keeps each buffer aligned.
+int64_t CpuGroupRunner::Cut::slot_bytes() const { return aligned(chunk_elems * 8); }
+
+int64_t CpuGroupRunner::workspace_bytes(const Graph& g, const Group& group,
+                                        const MemoryPlan& plan) {
+  const Cut cut = cut_of(g, group);
+  int64_t slots = 0, whole = 0;
+  for (int32_t ni : group.nodes) {
+    const Node& n = g.nodes[ni];
+    if (op_info(n.op).kind == OpKind::Reduce) {
+      const Dims& dims = n.attrs.dims;
+      const bool over_rows =
+          !cut.shape.empty() && std::find(dims.begin(), dims.end(), 0) != dims.end();
+      const ValueId in = n.inputs[0];
+      if (over_rows && !stored_by_plan(g, plan, in))
+        whole =
+            aligned(std::max<int64_t>(1, g.values[in].numel()) * element_size(g.values[in].dtype));
+      continue;
+    }
+    if (!stored_by_plan(g, plan, n.out)) ++slots;
+  }
+  return cut.lanes * slots * cut.slot_bytes() + whole;
+}
+
 CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
                                const std::vector<std::shared_ptr<TensorImpl>>& slots,
-                               const MemoryPlan& plan) {
-  // The group's shape: every pointwise member has it; a reduction reads it.
-  const Node& first = g.nodes[group.nodes.front()];
-  shape_ = g.values[first.out].shape;
-  rows_ = shape_.empty() ? 1 : shape_[0];
-  const int64_t inner = rows_ > 0 ? std::max<int64_t>(1, numel_of(shape_) / rows_) : 1;
-  rows_per_chunk_ = std::max<int64_t>(1, kChunkElems / inner);
-  if (shape_.empty()) rows_per_chunk_ = 1;
-  chunk_elems_ = rows_per_chunk_ * inner;
-  const int64_t chunks = rows_ > 0 ? (rows_ + rows_per_chunk_ - 1) / rows_per_chunk_ : 0;
-  const int64_t lanes = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), chunks));
-  for (int64_t i = 0; i < lanes; ++i) lanes_.push_back(build_lane(g, group, slots, plan));
+                               const MemoryPlan& plan, const Workspace& workspace) {
+  const Cut cut = cut_of(g, group);
+  shape_ = cut.shape;
+  rows_ = cut.rows;
+  rows_per_chunk_ = cut.rows_per_chunk;
+  chunk_elems_ = cut.chunk_elems;
+  lane_count_ = cut.lanes;
+  int64_t lane_bytes = 0;
+  for (int32_t ni : group.nodes) {
+    const Node& n = g.nodes[ni];
+    if (op_info(n.op).kind != OpKind::Reduce && !stored_by_plan(g, plan, n.out))
+      lane_bytes += cut.slot_bytes();
+  }
+  EMBER_CHECK(workspace.bytes >= workspace_bytes(g, group, plan) &&
+                  (workspace.storage || workspace.bytes == 0),
+              "CpuGroupRunner: a workspace of ", workspace.bytes, " bytes for a group needing ",
+              workspace_bytes(g, group, plan));
+  for (int64_t i = 0; i < cut.lanes; ++i)
+    lanes_.push_back(build_lane(g, group, slots, plan, workspace, i, lane_bytes));
 }
 
 CpuGroupRunner::Lane CpuGroupRunner::build_lane(
     const Graph& g, const Group& group, const std::vector<std::shared_ptr<TensorImpl>>& slots,
-    const MemoryPlan& plan) {
+    const MemoryPlan& plan, const Workspace& workspace, int64_t lane_index, int64_t lane_bytes) {
   Lane lane;
   std::vector<Chunked>& chunked_ = lane.chunked;
   std::unordered_map<ValueId, int32_t> chunk_of;  // value -> index into chunked
   int32_t scratch_slots = 0;
-  auto stored = [&](ValueId v) {
-    return plan.arena_of[v] >= 0 || plan.fresh[v] || g.values[v].kind != ValueKind::Node ||
-           g.values[v].root != v;
-  };
+  auto stored = [&](ValueId v) { return stored_by_plan(g, plan, v); };
   auto external = [&](ValueId v) -> int32_t {
     auto it = chunk_of.find(v);
     if (it != chunk_of.end()) return it->second;
@@ -64,14 +136,14 @@ CpuGroupRunner::Lane CpuGroupRunner::build_lane(
       if (reduce_rows_) {
         Chunked& c = chunked_[in_chunk];
         if (!c.full) {
-          // A member's scratch output: whole memory of its own (shared by the lanes, which
-          // fill different rows of it).
+          // A member's scratch output: whole memory of its own in the workspace, after every
+          // lane's chunk buffers (shared by the lanes, which fill different rows of it).
           const Value& v = g.values[n.inputs[0]];
           if (!reduce_full_) {
             reduce_full_ = std::make_shared<TensorImpl>();
-            reduce_full_->storage = std::make_shared<Storage>(
-                static_cast<size_t>(std::max<int64_t>(1, v.numel()) * element_size(v.dtype)),
-                Device::cpu(), allocator_for(Device::cpu()));
+            reduce_full_->storage = workspace.storage;
+            reduce_full_->offset =
+                (workspace.offset + lane_bytes * lane_count_) / element_size(v.dtype);
             reduce_full_->sizes = v.shape;
             reduce_full_->strides = contiguous_strides(v.shape);
             reduce_full_->dtype = v.dtype;
@@ -111,17 +183,17 @@ CpuGroupRunner::Lane CpuGroupRunner::build_lane(
     }
     lane.members.push_back(std::move(m));
   }
-  // One scratch block: a chunk-sized buffer per unstored intermediate (8 bytes per element
-  // covers every dtype and keeps each buffer aligned).
-  const int64_t slot_bytes = ((chunk_elems_ * 8 + 255) / 256) * 256;
-  lane.scratch = std::make_shared<Storage>(
-      static_cast<size_t>(std::max<int64_t>(1, scratch_slots) * slot_bytes), Device::cpu(),
-      allocator_for(Device::cpu()));
+  // This lane's part of the workspace: a chunk-sized buffer per unstored intermediate.
+  const int64_t slot_bytes = aligned(chunk_elems_ * 8);
+  EMBER_CHECK(scratch_slots * slot_bytes == lane_bytes, "CpuGroupRunner: ", scratch_slots,
+              " scratch buffers of ", slot_bytes, " bytes in a lane of ", lane_bytes);
+  lane.scratch = workspace.storage;
+  const int64_t lane_start = workspace.offset + lane_index * lane_bytes;
   for (Chunked& c : chunked_) {
     if (c.full) continue;
     const int64_t esize = element_size(c.chunk->dtype);
     c.chunk->storage = lane.scratch;
-    c.base_offset = c.base_offset * slot_bytes / esize;
+    c.base_offset = (lane_start + c.base_offset * slot_bytes) / esize;
     c.chunk->offset = c.base_offset;
   }
   return lane;

@@ -8,6 +8,11 @@
 // through lanes of its own (chunk views and scratch), and results do not depend on the thread
 // count.
 //
+// The scratch (a chunk-sized buffer per intermediate and lane, and the whole input of a
+// reduction over rows when no one else stores it) is a workspace the memory plan places in the
+// arena, live only while the group runs: kept apart for the life of the executable, it would
+// hold memory that eager frees after each op.
+//
 // A reduction that keeps the rows runs per chunk too. One over the rows does not: summing chunk
 // partials would add in another order than the eager kernel (which accumulates in double and
 // rounds once), so the replay would drift from eager in the last bits. Its input is written
@@ -15,6 +20,7 @@
 // result (0 for a sum, NaN for a mean) rather than nothing.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "jit/graph.h"
@@ -22,11 +28,26 @@
 
 namespace ember::jit {
 
+// What a CPU executable runs chunked for `group`, if anything: the group itself (pointwise,
+// reduction) or, for a contraction with a tail, the tail after the product.
+std::optional<Group> cpu_chunked_group(const Graph& g, const Group& group);
+
 class CpuGroupRunner {
  public:
-  // `slots`: the executor's tensor per value (stored values already placed).
+  // Where the runner's scratch lives: `bytes` bytes from byte `offset` of `storage`.
+  struct Workspace {
+    StoragePtr storage;
+    int64_t offset = 0;
+    int64_t bytes = 0;
+  };
+  // The scratch bytes a runner of `group` needs, given where `plan` stores values (the values it
+  // does not store are the group's intermediates, which live in the scratch).
+  static int64_t workspace_bytes(const Graph& g, const Group& group, const MemoryPlan& plan);
+  // `slots`: the executor's tensor per value (stored values already placed); `workspace` at
+  // least workspace_bytes() long.
   CpuGroupRunner(const Graph& g, const Group& group,
-                 const std::vector<std::shared_ptr<TensorImpl>>& slots, const MemoryPlan& plan);
+                 const std::vector<std::shared_ptr<TensorImpl>>& slots, const MemoryPlan& plan,
+                 const Workspace& workspace);
   void run();
   int32_t kernel_calls_per_run() const;
 
@@ -54,13 +75,23 @@ class CpuGroupRunner {
     Tensor reduce_in;   // chunk view of the reduction's input (the whole input if reduce_rows_)
     Tensor reduce_out;  // the full output, or its row chunk when rows are not reduced
   };
+  // How `group` is cut: its shape, rows per chunk, chunks, and lanes (one per thread that can
+  // get a chunk).
+  struct Cut {
+    Shape shape;
+    int64_t rows = 1, rows_per_chunk = 1, chunk_elems = 1, chunks = 0, lanes = 1;
+    int64_t slot_bytes() const;  // one intermediate's chunk buffer
+  };
+  static Cut cut_of(const Graph& g, const Group& group);
   Lane build_lane(const Graph& g, const Group& group,
-                  const std::vector<std::shared_ptr<TensorImpl>>& slots, const MemoryPlan& plan);
+                  const std::vector<std::shared_ptr<TensorImpl>>& slots, const MemoryPlan& plan,
+                  const Workspace& workspace, int64_t lane_index, int64_t lane_bytes);
   void set_chunk(Lane& lane, int64_t r0, int64_t n) const;
   void run_chunks(Lane& lane, int64_t c0, int64_t c1) const;
 
   Shape shape_;
   int64_t rows_ = 1, rows_per_chunk_ = 1, chunk_elems_ = 1;
+  int64_t lane_count_ = 1;
   std::vector<Lane> lanes_;
   std::atomic<int> next_lane_{0};
   // The trailing reduction, when the group has one.

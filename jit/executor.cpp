@@ -1,5 +1,6 @@
 #include "jit/executor.h"
 
+#include "jit/cpu_group.h"
 #include "jit/graph_replay.h"
 #include "jit/log.h"
 #include "jit/lower.h"
@@ -23,6 +24,18 @@ Executor::Executor(Graph graph, ExecutorOptions options) : g_(std::move(graph)),
     for (size_t i = 0; i < g_.groups.size(); ++i)
       if (auto how = cuda_lowering_storage(g_, g_.groups[i])) storage[i] = *how;
   plan_ = plan_memory(g_, storage);
+  if (!cuda) {
+    // The chunked groups' scratch, placed where the plan has dead bytes when each group runs
+    // (what each needs follows from which values the first plan stores).
+    std::vector<int64_t> workspace(g_.groups.size(), 0);
+    bool any = false;
+    for (size_t i = 0; i < g_.groups.size(); ++i)
+      if (const std::optional<Group> chunked = cpu_chunked_group(g_, g_.groups[i])) {
+        workspace[i] = CpuGroupRunner::workspace_bytes(g_, *chunked, plan_);
+        any = any || workspace[i] > 0;
+      }
+    if (any) plan_ = plan_memory(g_, storage, workspace);
+  }
   for (const MemoryPlan::Arena& a : plan_.arenas) stats_.arena_bytes += a.bytes;
   bind_.build(g_, plan_, options_.arena_pool);
   steps_.build(g_, plan_, bind_, storage, cuda);

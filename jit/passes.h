@@ -67,6 +67,11 @@ struct MemoryPlan {
   // Per value id: true when a replay allocates it fresh (roots of returned outputs, so a caller
   // never sees a later call overwrite what it holds).
   std::vector<bool> fresh;
+  // Per group: the arena and byte offset of the scratch its runner asked for (plan_memory's
+  // `workspace`), or -1 when it asked for none. It is the group's only while the group runs, so
+  // it takes bytes that are dead at that point rather than memory of its own for the replay.
+  std::vector<int32_t> workspace_arena;
+  std::vector<int64_t> workspace_offset;
   int64_t total_bytes() const;
 };
 // How the executor runs a group decides which of its values need memory.
@@ -76,8 +81,10 @@ enum class GroupStorage : uint8_t {
   None,         // one fused unit: values that stay inside the group are never stored
 };
 // Liveness over the node order -> offsets, reusing the space of dead values (first fit, 256-byte
-// aligned). `storage[i]` says how group i runs.
-MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage);
+// aligned). `storage[i]` says how group i runs; `workspace[i]` (if given) is how many bytes of
+// scratch group i needs while it runs, placed in the arena of the group's device.
+MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
+                       const std::vector<int64_t>& workspace = {});
 // The executor's defaults: `materialize_group_internals` stores everything (groups run as
 // separate kernels); otherwise pointwise and reduction groups keep their internals out of
 // memory, a GEMM epilogue stores its product only, cross-entropy pairs store everything.

@@ -76,15 +76,21 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
     // A GEMM epilogue: the GEMM runs as itself, its pointwise tail chunked like a pointwise group.
     if (!cuda && n.group >= 0) {
       const Group& grp = g.groups[n.group];
-      const bool epilogue = grp.kind == GroupKind::GemmEpilogue && grp.nodes.size() > 1 &&
-                            static_cast<size_t>(grp.nodes.front()) != ni;
-      if (grp.kind == GroupKind::Pointwise || grp.kind == GroupKind::Reduction || epilogue) {
+      const std::optional<Group> chunked = cpu_chunked_group(g, grp);
+      const bool product =
+          grp.kind == GroupKind::GemmEpilogue && static_cast<size_t>(grp.nodes.front()) == ni;
+      if (chunked && !product) {
         if (static_cast<size_t>(grp.nodes.back()) != ni) continue;
-        const Group chunked = epilogue ? sub_group(g, grp, 1) : grp;
+        CpuGroupRunner::Workspace ws;
+        if (const int32_t a = plan.workspace_arena[n.group]; a >= 0) {
+          ws.storage = bind.arena(a);
+          ws.offset = plan.workspace_offset[n.group];
+          ws.bytes = CpuGroupRunner::workspace_bytes(g, *chunked, plan);
+        }
         Step s;
         s.kind = StepKind::CpuGroup;
         s.cpu_group = static_cast<int32_t>(cpu_groups_.size());
-        cpu_groups_.push_back(std::make_unique<CpuGroupRunner>(g, chunked, slots, plan));
+        cpu_groups_.push_back(std::make_unique<CpuGroupRunner>(g, *chunked, slots, plan, ws));
         kernels_ += cpu_groups_.back()->kernel_calls_per_run();
         steps_.push_back(std::move(s));
         covered(ni, true);

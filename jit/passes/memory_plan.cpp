@@ -17,36 +17,43 @@ struct Placed {
   int64_t offset, size, first, last;
 };
 
-// Gives each value of `order`, in turn, the lowest offset in its device's arena that overlaps no
-// value already placed there whose lifetime [first, last] (node positions) meets its own.
-void place_first_fit(const Graph& g, const std::vector<ValueId>& order,
-                     const std::vector<int64_t>& first, const std::vector<int64_t>& last,
-                     const std::vector<int64_t>& bytes, MemoryPlan& plan) {
-  std::vector<std::vector<Placed>> placed;  // per arena
+// A buffer to place: a stored value's, or a group's workspace. `first` and `last` are node
+// positions, inclusive.
+struct Item {
+  Device device;
+  int64_t bytes, first, last;
+  int32_t* arena;  // where the placement is written
+  int64_t* offset;
+};
+
+// Gives each item of `order`, in turn, the lowest offset in its device's arena that overlaps no
+// item already placed there whose lifetime [first, last] meets its own.
+void place_first_fit(std::vector<Item>& items, const std::vector<size_t>& order,
+                     std::vector<MemoryPlan::Arena>& arenas) {
+  std::vector<std::vector<Placed>> placed(arenas.size());
   std::vector<Placed> meets;
-  for (ValueId v : order) {
-    const Value& val = g.values[v];
+  for (size_t i : order) {
+    const Item& it = items[i];
     int32_t a = 0;
-    while (a < static_cast<int32_t>(plan.arenas.size()) && plan.arenas[a].device != val.device) ++a;
-    if (a == static_cast<int32_t>(plan.arenas.size())) {
-      plan.arenas.push_back({val.device, 0});
+    while (a < static_cast<int32_t>(arenas.size()) && arenas[a].device != it.device) ++a;
+    if (a == static_cast<int32_t>(arenas.size())) {
+      arenas.push_back({it.device, 0});
       placed.emplace_back();
     }
     meets.clear();
     for (const Placed& p : placed[a])
-      if (!(p.last < first[v] || last[v] < p.first)) meets.push_back(p);
+      if (!(p.last < it.first || it.last < p.first)) meets.push_back(p);
     std::sort(meets.begin(), meets.end(),
               [](const Placed& x, const Placed& y) { return x.offset < y.offset; });
-    const int64_t size = bytes[v];
     int64_t at = 0;
-    for (const Placed& p : meets) {  // the lowest gap that holds `size`
-      if (p.offset - at >= size) break;
+    for (const Placed& p : meets) {  // the lowest gap that holds the item
+      if (p.offset - at >= it.bytes) break;
       at = std::max(at, p.offset + p.size);
     }
-    placed[a].push_back({at, size, first[v], last[v]});
-    plan.arena_of[v] = a;
-    plan.offset_of[v] = at;
-    plan.arenas[a].bytes = std::max(plan.arenas[a].bytes, at + size);
+    placed[a].push_back({at, it.bytes, it.first, it.last});
+    *it.arena = a;
+    *it.offset = at;
+    arenas[a].bytes = std::max(arenas[a].bytes, at + it.bytes);
   }
 }
 
@@ -58,13 +65,16 @@ int64_t MemoryPlan::total_bytes() const {
   return t;
 }
 
-MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage) {
+MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
+                       const std::vector<int64_t>& workspace) {
   const size_t nv = g.values.size();
   const size_t nn = g.nodes.size();
   MemoryPlan plan;
   plan.arena_of.assign(nv, -1);
   plan.offset_of.assign(nv, -1);
   plan.fresh.assign(nv, false);
+  plan.workspace_arena.assign(g.groups.size(), -1);
+  plan.workspace_offset.assign(g.groups.size(), -1);
 
   // Where each node runs: a group member runs with its group, at the group's last member.
   std::vector<int64_t> pos(nn);
@@ -125,23 +135,37 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage)
   std::vector<ValueId> stored;
   for (size_t v = 0; v < nv; ++v)
     if (first[v] >= 0 && !plan.fresh[v] && !internal[v]) stored.push_back(static_cast<ValueId>(v));
-  std::vector<int64_t> bytes(nv, 0);
-  for (ValueId v : stored)
-    bytes[v] = round_up(g.values[v].numel() * element_size(g.values[v].dtype));
-
-  // Two placements, the smaller kept: first fit in order of definition, and first fit from the
-  // largest buffer down. Neither is always the better one; the second avoids the holes the first
-  // leaves when a small buffer dies under a large one that is born later, which on deep models
-  // at large batches is what keeps the compiled peak near eager's.
-  std::vector<ValueId> by_definition = stored, by_size = stored;
-  std::stable_sort(by_definition.begin(), by_definition.end(),
-                   [&](ValueId a, ValueId b) { return first[a] < first[b]; });
-  std::stable_sort(by_size.begin(), by_size.end(), [&](ValueId a, ValueId b) {
-    return bytes[a] != bytes[b] ? bytes[a] > bytes[b] : first[a] < first[b];
-  });
+  // The buffers to place: stored values, then the workspaces, each live only at its group's
+  // position (where the group runs), alongside the group's operands.
+  auto plan_with = [&](MemoryPlan& p, bool largest_first) {
+    std::vector<Item> items;
+    for (ValueId v : stored)
+      items.push_back({g.values[v].device,
+                       round_up(g.values[v].numel() * element_size(g.values[v].dtype)), first[v],
+                       last[v], &p.arena_of[v], &p.offset_of[v]});
+    for (size_t gi = 0; gi < workspace.size() && gi < g.groups.size(); ++gi) {
+      if (workspace[gi] <= 0 || g.groups[gi].nodes.empty()) continue;
+      const int32_t at = g.groups[gi].nodes.back();
+      const Node& n = g.nodes[at];
+      const ValueId out = n.out != kNoValue ? n.out : n.inputs.front();
+      items.push_back({g.values[out].device, round_up(workspace[gi]), at, at,
+                       &p.workspace_arena[gi], &p.workspace_offset[gi]});
+    }
+    std::vector<size_t> order(items.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // Two orders, the smaller plan kept: first fit in order of definition, and first fit from
+    // the largest buffer down. Neither is always the better one; the second avoids the holes
+    // the first leaves when a small buffer dies under a large one that is born later, which on
+    // deep models at large batches is what keeps the compiled peak near eager's.
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      if (largest_first && items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
+      return items[a].first < items[b].first;
+    });
+    place_first_fit(items, order, p.arenas);
+  };
   MemoryPlan a = plan, b = plan;
-  place_first_fit(g, by_definition, first, last, bytes, a);
-  place_first_fit(g, by_size, first, last, bytes, b);
+  plan_with(a, false);
+  plan_with(b, true);
   plan = b.total_bytes() < a.total_bytes() ? std::move(b) : std::move(a);
   return plan;
 }

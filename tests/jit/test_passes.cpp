@@ -750,6 +750,57 @@ TEST_CASE("jit plan_memory on the fused MLP step", "[jit]") {
   }
 }
 
+TEST_CASE("jit plan_memory places a group's workspace in bytes dead while the group runs",
+          "[jit]") {
+  Mlp net;
+  Graph& g = net.g;
+  fuse(g);
+  const MemoryPlan base = plan_memory(g, false);
+  const std::vector<GroupStorage> storage = default_group_storage(g, false);
+  // The last node each root's memory is touched at (a group's members at the group's last one).
+  auto pos = [&](size_t i) -> int64_t {
+    const int32_t gi = g.nodes[i].group;
+    return gi >= 0 ? g.groups[gi].nodes.back() : static_cast<int64_t>(i);
+  };
+  std::vector<int64_t> last(g.values.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (ValueId in : g.nodes[i].inputs)
+      last[g.values[in].root] = std::max(last[g.values[in].root], pos(i));
+  for (const GradEffect& e : g.grad_effects)
+    if (e.value != kNoValue) last[g.values[e.value].root] = static_cast<int64_t>(g.nodes.size());
+
+  for (size_t gi = 0; gi < g.groups.size(); ++gi) {
+    for (int64_t ws : {int64_t{256}, int64_t{1} << 20}) {
+      INFO("group " << gi << " (" << group_kind_name(g.groups[gi].kind) << "), workspace " << ws);
+      std::vector<int64_t> workspace(g.groups.size(), 0);
+      workspace[gi] = ws;
+      const MemoryPlan p = plan_memory(g, storage, workspace);
+      REQUIRE(p.workspace_arena.size() == g.groups.size());
+      REQUIRE(p.workspace_arena[gi] == 0);
+      const int64_t at = g.groups[gi].nodes.back();
+      const int64_t w0 = p.workspace_offset[gi], w1 = w0 + ws;
+      CHECK(w1 <= p.total_bytes());
+      // Values keep their places: the workspace only takes bytes around them.
+      CHECK(p.arena_of == base.arena_of);
+      // No stored value that exists while the group runs shares a byte with the workspace.
+      for (size_t v = 0; v < g.values.size(); ++v) {
+        if (p.arena_of[v] < 0) continue;
+        const int64_t born = g.values[v].producer;
+        if (born > at || last[v] < at) continue;
+        const int64_t v0 = p.offset_of[v];
+        const int64_t v1 = v0 + g.values[v].numel() * element_size(g.values[v].dtype);
+        INFO("value %" << v << " at [" << v0 << ", " << v1 << "), workspace [" << w0 << ", " << w1
+                       << ")");
+        CHECK((v1 <= w0 || w1 <= v0));
+      }
+      // A workspace costs the arena at most its own size.
+      CHECK(p.total_bytes() <= base.total_bytes() + ws);
+      for (size_t other = 0; other < g.groups.size(); ++other)
+        if (other != gi) CHECK(p.workspace_arena[other] == -1);
+    }
+  }
+}
+
 TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
   Mlp net;
   Graph& g = net.g;
