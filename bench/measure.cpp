@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/allocator.h"
 #include "kernel_counter.h"
 
 extern char** environ;
@@ -227,10 +228,14 @@ bool parameters_identical_across_ranks(const std::vector<Tensor>& params) {
 
 Timing time_steps(const Workload& w, const std::string& mode, const std::vector<int64_t>& schedule,
                   const Settings& s) {
+  // The high-water mark of this run alone: earlier rows' tensors are gone by now. On the CPU,
+  // the host cache's (every host tensor goes through it, as every device tensor goes through
+  // the device's).
   if (s.dev.is_cuda()) {
-    // The high-water mark of this run alone: earlier rows' tensors are gone by now.
     cuda::synchronize(s.dev.index);
     cuda::reset_peak_memory_stats(s.dev.index);
+  } else {
+    cpu::reset_peak_memory_stats();
   }
   Trainer t(w, mode, schedule, s.dev, s.seed, s.ddp);
   t.warm_up(s.warmup);
@@ -259,7 +264,10 @@ Timing time_steps(const Workload& w, const std::string& mode, const std::vector<
   out.us_min = *std::min_element(samples.begin(), samples.end());
   out.us_max = *std::max_element(samples.begin(), samples.end());
   out.recompiles = t.stats().recompiles - recompiles_before;
-  if (s.dev.is_cuda()) out.peak_memory_bytes = cuda::memory_stats(s.dev.index).peak_allocated;
+  if (s.dev.is_cuda())
+    out.peak_memory_bytes = cuda::memory_stats(s.dev.index).peak_allocated;
+  else if (cpu::caches_memory())
+    out.peak_memory_bytes = cpu::memory_stats().peak_allocated;
   if (s.ddp) out.ranks_identical = parameters_identical_across_ranks(t.parameters());
   return out;
 }

@@ -161,7 +161,8 @@ struct CompiledCore::Impl {
       const ExecutorStats& s = e.exec->stats();
       log(Log::perf, options.name + ": executable " + std::to_string(s.steps) + " steps, " +
                          std::to_string(s.kernels) + " kernel calls per replay, arena " +
-                         std::to_string(s.arena_bytes) + " bytes" +
+                         std::to_string(s.arena_bytes) + " bytes (at most " +
+                         std::to_string(s.arena_live_bound) + " live at one node)" +
                          (e.exec->graph_note().empty() ? "" : "; " + e.exec->graph_note()));
       for (const std::string& l : e.exec->lowerings()) log(Log::perf, options.name + ": " + l);
       for (const Tensor& st : e.exec->graph().state)

@@ -53,13 +53,14 @@ CpuGroupRunner::Cut CpuGroupRunner::cut_of(const Graph& g, const Group& group) {
   return c;
 }
 
-// 8 bytes per element covers every dtype and keeps each buffer aligned.
-int64_t CpuGroupRunner::Cut::slot_bytes() const { return aligned(chunk_elems * 8); }
+int64_t CpuGroupRunner::Cut::slot_bytes(DType dtype) const {
+  return aligned(chunk_elems * element_size(dtype));
+}
 
 int64_t CpuGroupRunner::workspace_bytes(const Graph& g, const Group& group,
                                         const MemoryPlan& plan) {
   const Cut cut = cut_of(g, group);
-  int64_t slots = 0, whole = 0;
+  int64_t lane = 0, whole = 0;
   for (int32_t ni : group.nodes) {
     const Node& n = g.nodes[ni];
     if (op_info(n.op).kind == OpKind::Reduce) {
@@ -72,9 +73,9 @@ int64_t CpuGroupRunner::workspace_bytes(const Graph& g, const Group& group,
             aligned(std::max<int64_t>(1, g.values[in].numel()) * element_size(g.values[in].dtype));
       continue;
     }
-    if (!stored_by_plan(g, plan, n.out)) ++slots;
+    if (!stored_by_plan(g, plan, n.out)) lane += cut.slot_bytes(g.values[n.out].dtype);
   }
-  return cut.lanes * slots * cut.slot_bytes() + whole;
+  return cut.lanes * lane + whole;
 }
 
 CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
@@ -90,7 +91,7 @@ CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
   for (int32_t ni : group.nodes) {
     const Node& n = g.nodes[ni];
     if (op_info(n.op).kind != OpKind::Reduce && !stored_by_plan(g, plan, n.out))
-      lane_bytes += cut.slot_bytes();
+      lane_bytes += cut.slot_bytes(g.values[n.out].dtype);
   }
   EMBER_CHECK(workspace.bytes >= workspace_bytes(g, group, plan) &&
                   (workspace.storage || workspace.bytes == 0),
@@ -106,7 +107,8 @@ CpuGroupRunner::Lane CpuGroupRunner::build_lane(
   Lane lane;
   std::vector<Chunked>& chunked_ = lane.chunked;
   std::unordered_map<ValueId, int32_t> chunk_of;  // value -> index into chunked
-  int32_t scratch_slots = 0;
+  const Cut cut = cut_of(g, group);
+  int64_t scratch_bytes = 0;  // of this lane's chunk buffers so far
   auto stored = [&](ValueId v) { return stored_by_plan(g, plan, v); };
   auto external = [&](ValueId v) -> int32_t {
     auto it = chunk_of.find(v);
@@ -176,7 +178,8 @@ CpuGroupRunner::Lane CpuGroupRunner::build_lane(
       c.chunk = std::make_shared<TensorImpl>();
       c.chunk->dtype = g.values[n.out].dtype;
       c.chunk->device = Device::cpu();
-      c.base_offset = scratch_slots++;  // which scratch buffer; resolved below
+      c.base_offset = scratch_bytes;  // bytes into the lane's scratch; elements below
+      scratch_bytes += cut.slot_bytes(c.chunk->dtype);
       chunked_.push_back(std::move(c));
       chunk_of[n.out] = static_cast<int32_t>(chunked_.size()) - 1;
       m.out = Tensor(chunked_.back().chunk);
@@ -184,16 +187,15 @@ CpuGroupRunner::Lane CpuGroupRunner::build_lane(
     lane.members.push_back(std::move(m));
   }
   // This lane's part of the workspace: a chunk-sized buffer per unstored intermediate.
-  const int64_t slot_bytes = aligned(chunk_elems_ * 8);
-  EMBER_CHECK(scratch_slots * slot_bytes == lane_bytes, "CpuGroupRunner: ", scratch_slots,
-              " scratch buffers of ", slot_bytes, " bytes in a lane of ", lane_bytes);
+  EMBER_CHECK(scratch_bytes == lane_bytes, "CpuGroupRunner: ", scratch_bytes,
+              " bytes of scratch buffers in a lane of ", lane_bytes);
   lane.scratch = workspace.storage;
   const int64_t lane_start = workspace.offset + lane_index * lane_bytes;
   for (Chunked& c : chunked_) {
     if (c.full) continue;
     const int64_t esize = element_size(c.chunk->dtype);
     c.chunk->storage = lane.scratch;
-    c.base_offset = (lane_start + c.base_offset * slot_bytes) / esize;
+    c.base_offset = (lane_start + c.base_offset) / esize;
     c.chunk->offset = c.base_offset;
   }
   return lane;

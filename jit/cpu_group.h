@@ -80,7 +80,7 @@ class CpuGroupRunner {
   struct Cut {
     Shape shape;
     int64_t rows = 1, rows_per_chunk = 1, chunk_elems = 1, chunks = 0, lanes = 1;
-    int64_t slot_bytes() const;  // one intermediate's chunk buffer
+    int64_t slot_bytes(DType dtype) const;  // one intermediate's chunk buffer (256-aligned)
   };
   static Cut cut_of(const Graph& g, const Group& group);
   Lane build_lane(const Graph& g, const Group& group,

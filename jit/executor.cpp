@@ -36,7 +36,10 @@ Executor::Executor(Graph graph, ExecutorOptions options) : g_(std::move(graph)),
       }
     if (any) plan_ = plan_memory(g_, storage, workspace);
   }
-  for (const MemoryPlan::Arena& a : plan_.arenas) stats_.arena_bytes += a.bytes;
+  for (const MemoryPlan::Arena& a : plan_.arenas) {
+    stats_.arena_bytes += a.bytes;
+    stats_.arena_live_bound += a.live_bound;
+  }
   bind_.build(g_, plan_, options_.arena_pool);
   steps_.build(g_, plan_, bind_, storage, cuda);
   stats_.steps = static_cast<int32_t>(steps_.size());

@@ -32,8 +32,9 @@ struct ExecutorStats {
   int32_t kernels = 0;  // device kernels per replay (CUDA) or kernel calls (CPU)
   int32_t cpu_chunked_groups = 0;
   int64_t arena_bytes = 0;
-  int64_t graph_nodes = 0;     // nodes of the captured CUDA graph (0: not captured)
-  int32_t graph_captures = 0;  // CUDA graphs captured so far (one per argument addresses)
+  int64_t arena_live_bound = 0;  // the most of it live at one node (no layout needs less)
+  int64_t graph_nodes = 0;       // nodes of the captured CUDA graph (0: not captured)
+  int32_t graph_captures = 0;    // CUDA graphs captured so far (one per argument addresses)
 };
 
 class Executor {

@@ -58,6 +58,9 @@ struct MemoryPlan {
   struct Arena {
     Device device;
     int64_t bytes = 0;
+    // The most bytes placed in it that are live at one node: no layout can be smaller, so
+    // bytes - live_bound is what the placement lost to holes.
+    int64_t live_bound = 0;
   };
   std::vector<Arena> arenas;  // one per device the graph computes on
   // Per value id: the arena and byte offset of the storage it owns, or -1 when it owns none

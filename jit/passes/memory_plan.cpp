@@ -26,10 +26,16 @@ struct Item {
   int64_t* offset;
 };
 
-// Gives each item of `order`, in turn, the lowest offset in its device's arena that overlaps no
-// item already placed there whose lifetime [first, last] meets its own.
-void place_first_fit(std::vector<Item>& items, const std::vector<size_t>& order,
-                     std::vector<MemoryPlan::Arena>& arenas) {
+// Which gap between the items already placed a new one takes.
+enum class Fit {
+  Lowest,    // the lowest that holds it
+  Smallest,  // the smallest that holds it (the lowest of those), else above them all
+};
+
+// Gives each item of `order`, in turn, an offset in its device's arena where it overlaps no item
+// already placed there whose lifetime [first, last] meets its own.
+void place(std::vector<Item>& items, const std::vector<size_t>& order,
+           std::vector<MemoryPlan::Arena>& arenas, Fit fit) {
   std::vector<std::vector<Placed>> placed(arenas.size());
   std::vector<Placed> meets;
   for (size_t i : order) {
@@ -45,11 +51,19 @@ void place_first_fit(std::vector<Item>& items, const std::vector<size_t>& order,
       if (!(p.last < it.first || it.last < p.first)) meets.push_back(p);
     std::sort(meets.begin(), meets.end(),
               [](const Placed& x, const Placed& y) { return x.offset < y.offset; });
-    int64_t at = 0;
-    for (const Placed& p : meets) {  // the lowest gap that holds the item
-      if (p.offset - at >= it.bytes) break;
+    int64_t at = 0, best = -1, best_gap = 0;
+    for (const Placed& p : meets) {
+      const int64_t gap = p.offset - at;
+      if (gap >= it.bytes) {
+        if (fit == Fit::Lowest) break;
+        if (best < 0 || gap < best_gap) {
+          best = at;
+          best_gap = gap;
+        }
+      }
       at = std::max(at, p.offset + p.size);
     }
+    if (fit == Fit::Smallest && best >= 0) at = best;
     placed[a].push_back({at, it.bytes, it.first, it.last});
     *it.arena = a;
     *it.offset = at;
@@ -137,7 +151,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
     if (first[v] >= 0 && !plan.fresh[v] && !internal[v]) stored.push_back(static_cast<ValueId>(v));
   // The buffers to place: stored values, then the workspaces, each live only at its group's
   // position (where the group runs), alongside the group's operands.
-  auto plan_with = [&](MemoryPlan& p, bool largest_first) {
+  enum class Order { Definition, Largest, Crowded, LargestWorkspacesLast };
+  auto plan_with = [&](MemoryPlan& p, Order how, Fit fit) {
     std::vector<Item> items;
     for (ValueId v : stored)
       items.push_back({g.values[v].device,
@@ -153,20 +168,82 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
     }
     std::vector<size_t> order(items.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    // Two orders, the smaller plan kept: first fit in order of definition, and first fit from
-    // the largest buffer down. Neither is always the better one; the second avoids the holes
-    // the first leaves when a small buffer dies under a large one that is born later, which on
-    // deep models at large batches is what keeps the compiled peak near eager's.
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      if (largest_first && items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
-      return items[a].first < items[b].first;
-    });
-    place_first_fit(items, order, p.arenas);
+    switch (how) {
+      case Order::Definition:
+        std::stable_sort(order.begin(), order.end(),
+                         [&](size_t a, size_t b) { return items[a].first < items[b].first; });
+        break;
+      case Order::Largest:
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+          if (items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
+          return items[a].first < items[b].first;
+        });
+        break;
+      case Order::LargestWorkspacesLast:
+        // Workspaces live at one position each: placed after every value, they take holes.
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+          const bool wa = a >= stored.size(), wb = b >= stored.size();
+          if (wa != wb) return wb;
+          if (items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
+          return items[a].first < items[b].first;
+        });
+        break;
+      case Order::Crowded: {
+        // Each item's crowd: the most bytes live at one position of its lifetime. Items of
+        // the most crowded positions decide the arena's size, so they go first.
+        int64_t end = 0;
+        for (const Item& it : items) end = std::max(end, it.last + 1);
+        std::vector<int64_t> live(static_cast<size_t>(end) + 1, 0);
+        for (const Item& it : items) {
+          live[static_cast<size_t>(it.first)] += it.bytes;
+          live[static_cast<size_t>(it.last) + 1] -= it.bytes;
+        }
+        for (size_t x = 1; x < live.size(); ++x) live[x] += live[x - 1];
+        std::vector<int64_t> crowd(items.size(), 0);
+        for (size_t i = 0; i < items.size(); ++i)
+          for (int64_t x = items[i].first; x <= items[i].last; ++x)
+            crowd[i] = std::max(crowd[i], live[static_cast<size_t>(x)]);
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+          if (crowd[a] != crowd[b]) return crowd[a] > crowd[b];
+          if (items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
+          return items[a].first < items[b].first;
+        });
+        break;
+      }
+    }
+    place(items, order, p.arenas, fit);
+    // Per arena, the largest sum of sizes live at one position (a sweep over births and deaths).
+    for (size_t a = 0; a < p.arenas.size(); ++a) {
+      std::vector<std::pair<int64_t, int64_t>> events;  // (position, +bytes / -bytes after last)
+      for (const Item& it : items)
+        if (*it.arena == static_cast<int32_t>(a)) {
+          events.push_back({2 * it.first, it.bytes});
+          events.push_back({2 * it.last + 1, -it.bytes});
+        }
+      std::sort(events.begin(), events.end());
+      int64_t live = 0;
+      for (const auto& [at, delta] : events) {
+        live += delta;
+        p.arenas[a].live_bound = std::max(p.arenas[a].live_bound, live);
+      }
+    }
   };
-  MemoryPlan a = plan, b = plan;
-  plan_with(a, false);
-  plan_with(b, true);
-  plan = b.total_bytes() < a.total_bytes() ? std::move(b) : std::move(a);
+  // Laying out buffers of known lifetimes in the least memory is NP-hard; each of these orders
+  // and gap choices wins on some graph (holes left when a small buffer dies under a large one
+  // born later; a crowded moment packed last), so every combination is tried and the smallest
+  // arena kept (the earliest of equals).
+  bool have_best = false;
+  MemoryPlan best;
+  for (Order how :
+       {Order::Definition, Order::Largest, Order::Crowded, Order::LargestWorkspacesLast})
+    for (Fit fit : {Fit::Lowest, Fit::Smallest}) {
+      if (how == Order::LargestWorkspacesLast && workspace.empty()) continue;  // = Largest
+      MemoryPlan p = plan;
+      plan_with(p, how, fit);
+      if (!have_best || p.total_bytes() < best.total_bytes()) best = std::move(p);
+      have_best = true;
+    }
+  plan = std::move(best);
   return plan;
 }
 
