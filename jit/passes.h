@@ -23,6 +23,11 @@ void eliminate_common_subexpressions(Graph& g);
 // or arithmetic on wrapped numbers.
 void fold_constants(Graph& g);
 
+// Lets go of the memory of constants nothing reads any more (what folding consumed: a folded
+// chain's inputs and intermediates, a wrapped number folded into a cast). Their values keep
+// their metadata; an executable would otherwise hold them for its whole life.
+void release_unused_constants(Graph& g);
+
 // Products mm(A_i, B) with one right operand B, none of whose left operands depends on another's
 // result (a cell loop's input projections), become one mm(cat(A_i), B) whose row blocks replace
 // them, at the first one's position: one GEMM over all the rows instead of one per step.
@@ -101,7 +106,7 @@ struct PassReport {
 };
 
 // Runs every pass in order (dce, cse, fold, batch_products, slice_sums, sum_products,
-// canonicalize, dce, fuse) and reports each.
+// canonicalize, dce, release_constants, fuse) and reports each.
 std::vector<PassReport> optimize(Graph& g);
 
 }  // namespace ember::jit

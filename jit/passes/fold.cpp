@@ -121,4 +121,30 @@ void fold_constants(Graph& g) {
   if (any) g.erase_nodes(dead);
 }
 
+void release_unused_constants(Graph& g) {
+  std::vector<char> read(g.values.size(), 0);
+  auto mark = [&](ValueId v) {
+    if (v != kNoValue) read[g.values[v].root] = 1;
+  };
+  for (const Node& n : g.nodes)
+    for (ValueId in : n.inputs) mark(in);
+  for (ValueId o : g.outputs) mark(o);
+  for (const GradEffect& e : g.grad_effects) mark(e.value);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const Value& x = g.values[v];
+    if (x.kind != ValueKind::Constant || x.root != static_cast<ValueId>(v) || read[v]) continue;
+    Tensor& c = g.constants[x.slot];
+    if (!c.defined() || !c.impl()->storage) continue;
+    const TensorImpl& t = *c.impl();
+    auto meta = std::make_shared<TensorImpl>();  // the same layout, no memory
+    meta->sizes = t.sizes;
+    meta->strides = t.strides;
+    meta->offset = t.offset;
+    meta->dtype = t.dtype;
+    meta->device = t.device;
+    meta->wrapped_number = t.wrapped_number;
+    c = Tensor(std::move(meta));
+  }
+}
+
 }  // namespace ember::jit

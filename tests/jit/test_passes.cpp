@@ -410,6 +410,48 @@ TEST_CASE("jit fold evaluates constant arithmetic", "[jit]") {
   CHECK(producer(g, rc).inputs[1] == c1);
 }
 
+TEST_CASE("jit release_unused_constants frees what folding consumed, keeps what is read", "[jit]") {
+  // A causal mask built from positions, as a composed attention builds it: arange, sub, gt all
+  // fold, leaving their inputs and intermediates unread.
+  Graph g;
+  const ValueId pos = g.add_constant(from_vector<int64_t>({0, 1, 2, 3}, {4}));
+  const ValueId zero = g.add_constant(wrap_scalar(0, kInt64));
+  Attrs row, col;
+  row.shape = Shape{1, 4};
+  col.shape = Shape{4, 1};
+  const ValueId rel = g.append(OpId::sub, {g.append(OpId::view, {pos}, row),
+                                           g.append(OpId::view, {pos}, col)});  // [4, 4] int64
+  const ValueId mask = g.append(OpId::gt, {rel, zero});
+  const ValueId x = g.add_input(zeros({4, 4}), 0);
+  const ValueId fill = g.add_constant(wrap_scalar(-1.0, kFloat32));
+  const ValueId y = g.append(OpId::where, {mask, fill, x});
+  g.outputs = {y};
+  fold_constants(g);
+  eliminate_dead_code(g);
+  release_unused_constants(g);
+  REQUIRE(g.nodes.size() == 1);
+  const Node& w = producer(g, y);
+  const ValueId folded_mask = w.inputs[0];
+  REQUIRE(g.values[folded_mask].kind == ValueKind::Constant);
+  // Read: the folded mask (its values intact) and the wrapped number the where still takes.
+  // mask[i][j] = pos[j] - pos[i] > 0.
+  CHECK(g.constants[g.values[folded_mask].slot].to(kFloat32).contiguous().to_vector<float>() ==
+        std::vector<float>{0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0});
+  CHECK(w.inputs[1] == fill);
+  CHECK(g.constants[g.values[fill].slot].impl()->storage);
+  // Consumed by folding: the positions, the zero and the [4, 4] difference keep their layout,
+  // no memory.
+  CHECK_FALSE(g.constants[g.values[zero].slot].impl()->storage);
+  const Tensor& p = g.constants[g.values[pos].slot];
+  CHECK(p.sizes() == Shape{4});
+  CHECK(p.dtype() == kInt64);
+  CHECK_FALSE(p.impl()->storage);
+  bool rel_released = false;
+  for (const Tensor& c : g.constants)
+    if (c.sizes() == Shape{4, 4} && c.dtype() == kInt64) rel_released = !c.impl()->storage;
+  CHECK(rel_released);
+}
+
 TEST_CASE("jit fold leaves constants that the trace writes", "[jit]") {
   Graph g;
   const ValueId c = g.add_constant(from_vector<float>({1, 2}, {2}));
@@ -814,10 +856,9 @@ TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
   const auto before = static_cast<int32_t>(g.nodes.size());
 
   const std::vector<PassReport> r = optimize(g);
-  REQUIRE(r.size() == 9);
-  const char* names[] = {"dce",        "cse",          "fold",         "batch_products",
-                         "slice_sums", "sum_products", "canonicalize", "dce",
-                         "fuse"};
+  REQUIRE(r.size() == 10);
+  const char* names[] = {"dce",          "cse",          "fold", "batch_products",    "slice_sums",
+                         "sum_products", "canonicalize", "dce",  "release_constants", "fuse"};
   for (size_t i = 0; i < r.size(); ++i) {
     CHECK(r[i].pass == names[i]);
     CHECK(r[i].nodes_after <= r[i].nodes_before);
