@@ -57,57 +57,56 @@ int64_t CpuGroupRunner::Cut::slot_bytes(DType dtype) const {
   return aligned(chunk_elems * element_size(dtype));
 }
 
-int64_t CpuGroupRunner::workspace_bytes(const Graph& g, const Group& group,
-                                        const MemoryPlan& plan) {
-  const Cut cut = cut_of(g, group);
-  int64_t lane = 0, whole = 0;
+CpuGroupRunner::Scratch CpuGroupRunner::scratch_of(const Graph& g, const Group& group,
+                                                   const MemoryPlan& plan) {
+  Scratch s;
+  s.cut = cut_of(g, group);
   for (int32_t ni : group.nodes) {
     const Node& n = g.nodes[ni];
     if (op_info(n.op).kind == OpKind::Reduce) {
       const Dims& dims = n.attrs.dims;
       const bool over_rows =
-          !cut.shape.empty() && std::find(dims.begin(), dims.end(), 0) != dims.end();
+          !s.cut.shape.empty() && std::find(dims.begin(), dims.end(), 0) != dims.end();
       const ValueId in = n.inputs[0];
       if (over_rows && !stored_by_plan(g, plan, in))
-        whole =
+        s.whole_bytes =
             aligned(std::max<int64_t>(1, g.values[in].numel()) * element_size(g.values[in].dtype));
       continue;
     }
-    if (!stored_by_plan(g, plan, n.out)) lane += cut.slot_bytes(g.values[n.out].dtype);
+    if (!stored_by_plan(g, plan, n.out)) s.lane_bytes += s.cut.slot_bytes(g.values[n.out].dtype);
   }
-  return cut.lanes * lane + whole;
+  return s;
+}
+
+int64_t CpuGroupRunner::workspace_bytes(const Graph& g, const Group& group,
+                                        const MemoryPlan& plan) {
+  return scratch_of(g, group, plan).total();
 }
 
 CpuGroupRunner::CpuGroupRunner(const Graph& g, const Group& group,
                                const std::vector<std::shared_ptr<TensorImpl>>& slots,
                                const MemoryPlan& plan, const Workspace& workspace) {
-  const Cut cut = cut_of(g, group);
-  shape_ = cut.shape;
-  rows_ = cut.rows;
-  rows_per_chunk_ = cut.rows_per_chunk;
-  chunk_elems_ = cut.chunk_elems;
-  lane_count_ = cut.lanes;
-  int64_t lane_bytes = 0;
-  for (int32_t ni : group.nodes) {
-    const Node& n = g.nodes[ni];
-    if (op_info(n.op).kind != OpKind::Reduce && !stored_by_plan(g, plan, n.out))
-      lane_bytes += cut.slot_bytes(g.values[n.out].dtype);
-  }
-  EMBER_CHECK(workspace.bytes >= workspace_bytes(g, group, plan) &&
-                  (workspace.storage || workspace.bytes == 0),
+  const Scratch scratch = scratch_of(g, group, plan);
+  shape_ = scratch.cut.shape;
+  rows_ = scratch.cut.rows;
+  rows_per_chunk_ = scratch.cut.rows_per_chunk;
+  chunk_elems_ = scratch.cut.chunk_elems;
+  EMBER_CHECK(workspace.bytes >= scratch.total() && (workspace.storage || workspace.bytes == 0),
               "CpuGroupRunner: a workspace of ", workspace.bytes, " bytes for a group needing ",
-              workspace_bytes(g, group, plan));
-  for (int64_t i = 0; i < cut.lanes; ++i)
-    lanes_.push_back(build_lane(g, group, slots, plan, workspace, i, lane_bytes));
+              scratch.total());
+  for (int64_t i = 0; i < scratch.cut.lanes; ++i)
+    lanes_.push_back(build_lane(g, group, slots, plan, workspace, scratch, i));
 }
 
 CpuGroupRunner::Lane CpuGroupRunner::build_lane(
     const Graph& g, const Group& group, const std::vector<std::shared_ptr<TensorImpl>>& slots,
-    const MemoryPlan& plan, const Workspace& workspace, int64_t lane_index, int64_t lane_bytes) {
+    const MemoryPlan& plan, const Workspace& workspace, const Scratch& scratch,
+    int64_t lane_index) {
   Lane lane;
   std::vector<Chunked>& chunked_ = lane.chunked;
   std::unordered_map<ValueId, int32_t> chunk_of;  // value -> index into chunked
-  const Cut cut = cut_of(g, group);
+  const Cut& cut = scratch.cut;
+  const int64_t lane_bytes = scratch.lane_bytes;
   int64_t scratch_bytes = 0;  // of this lane's chunk buffers so far
   auto stored = [&](ValueId v) { return stored_by_plan(g, plan, v); };
   auto external = [&](ValueId v) -> int32_t {
@@ -145,7 +144,7 @@ CpuGroupRunner::Lane CpuGroupRunner::build_lane(
             reduce_full_ = std::make_shared<TensorImpl>();
             reduce_full_->storage = workspace.storage;
             reduce_full_->offset =
-                (workspace.offset + lane_bytes * lane_count_) / element_size(v.dtype);
+                (workspace.offset + lane_bytes * cut.lanes) / element_size(v.dtype);
             reduce_full_->sizes = v.shape;
             reduce_full_->strides = contiguous_strides(v.shape);
             reduce_full_->dtype = v.dtype;

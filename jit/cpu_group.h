@@ -83,15 +83,22 @@ class CpuGroupRunner {
     int64_t slot_bytes(DType dtype) const;  // one intermediate's chunk buffer (256-aligned)
   };
   static Cut cut_of(const Graph& g, const Group& group);
+  // What the scratch holds: per lane, a chunk buffer per intermediate; once, the whole input of
+  // a reduction over rows when no one else stores it.
+  struct Scratch {
+    Cut cut;
+    int64_t lane_bytes = 0, whole_bytes = 0;
+    int64_t total() const { return cut.lanes * lane_bytes + whole_bytes; }
+  };
+  static Scratch scratch_of(const Graph& g, const Group& group, const MemoryPlan& plan);
   Lane build_lane(const Graph& g, const Group& group,
                   const std::vector<std::shared_ptr<TensorImpl>>& slots, const MemoryPlan& plan,
-                  const Workspace& workspace, int64_t lane_index, int64_t lane_bytes);
+                  const Workspace& workspace, const Scratch& scratch, int64_t lane_index);
   void set_chunk(Lane& lane, int64_t r0, int64_t n) const;
   void run_chunks(Lane& lane, int64_t c0, int64_t c1) const;
 
   Shape shape_;
   int64_t rows_ = 1, rows_per_chunk_ = 1, chunk_elems_ = 1;
-  int64_t lane_count_ = 1;
   std::vector<Lane> lanes_;
   std::atomic<int> next_lane_{0};
   // The trailing reduction, when the group has one.

@@ -80,6 +80,7 @@ struct MemoryPlan {
   // it takes bytes that are dead at that point rather than memory of its own for the replay.
   std::vector<int32_t> workspace_arena;
   std::vector<int64_t> workspace_offset;
+  std::vector<int64_t> workspace_bytes;  // as asked (before rounding)
   int64_t total_bytes() const;
 };
 // How the executor runs a group decides which of its values need memory.

@@ -85,7 +85,7 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
         if (const int32_t a = plan.workspace_arena[n.group]; a >= 0) {
           ws.storage = bind.arena(a);
           ws.offset = plan.workspace_offset[n.group];
-          ws.bytes = CpuGroupRunner::workspace_bytes(g, *chunked, plan);
+          ws.bytes = plan.workspace_bytes[n.group];
         }
         Step s;
         s.kind = StepKind::CpuGroup;

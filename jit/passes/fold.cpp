@@ -135,15 +135,7 @@ void release_unused_constants(Graph& g) {
     if (x.kind != ValueKind::Constant || x.root != static_cast<ValueId>(v) || read[v]) continue;
     Tensor& c = g.constants[x.slot];
     if (!c.defined() || !c.impl()->storage) continue;
-    const TensorImpl& t = *c.impl();
-    auto meta = std::make_shared<TensorImpl>();  // the same layout, no memory
-    meta->sizes = t.sizes;
-    meta->strides = t.strides;
-    meta->offset = t.offset;
-    meta->dtype = t.dtype;
-    meta->device = t.device;
-    meta->wrapped_number = t.wrapped_number;
-    c = Tensor(std::move(meta));
+    c = g.meta_tensor(static_cast<ValueId>(v));  // the same layout, no memory
   }
 }
 

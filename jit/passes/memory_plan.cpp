@@ -89,6 +89,9 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
   plan.fresh.assign(nv, false);
   plan.workspace_arena.assign(g.groups.size(), -1);
   plan.workspace_offset.assign(g.groups.size(), -1);
+  plan.workspace_bytes.assign(g.groups.size(), 0);
+  for (size_t gi = 0; gi < workspace.size() && gi < g.groups.size(); ++gi)
+    if (!g.groups[gi].nodes.empty()) plan.workspace_bytes[gi] = std::max<int64_t>(0, workspace[gi]);
 
   // Where each node runs: a group member runs with its group, at the group's last member.
   std::vector<int64_t> pos(nn);
@@ -158,12 +161,12 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
       items.push_back({g.values[v].device,
                        round_up(g.values[v].numel() * element_size(g.values[v].dtype)), first[v],
                        last[v], &p.arena_of[v], &p.offset_of[v]});
-    for (size_t gi = 0; gi < workspace.size() && gi < g.groups.size(); ++gi) {
-      if (workspace[gi] <= 0 || g.groups[gi].nodes.empty()) continue;
+    for (size_t gi = 0; gi < g.groups.size(); ++gi) {
+      if (p.workspace_bytes[gi] == 0) continue;
       const int32_t at = g.groups[gi].nodes.back();
       const Node& n = g.nodes[at];
       const ValueId out = n.out != kNoValue ? n.out : n.inputs.front();
-      items.push_back({g.values[out].device, round_up(workspace[gi]), at, at,
+      items.push_back({g.values[out].device, round_up(p.workspace_bytes[gi]), at, at,
                        &p.workspace_arena[gi], &p.workspace_offset[gi]});
     }
     std::vector<size_t> order(items.size());
