@@ -26,7 +26,11 @@ inline int64_t reduce_target_blocks(int sm_count) {
 //  - rows (a reduced dim innermost): a block is `bx` lanes by `by` outputs.
 // The reduced positions of each output are cut into `splits` chunks of `chunk` positions
 // (blockIdx.y, or the fused kernels' second grid index); with splits > 1 each chunk's state is
-// a partial that a finishing step combines.
+// a partial that a finishing step combines. The finish has the tile's shape: the lane that
+// folded positions r = lane, lane + L, ... of a chunk folds partials k = lane, lane + L, ... in
+// increasing k, and the lanes combine as the tile's do (columns: a halving tree; rows: within
+// each warp, then across warps). All of a lane's partials are loads in flight at once, where
+// one warp per output folding partials lane, lane + 32, ... took a trip per output.
 struct ReduceTile {
   int64_t bx = 32, by = 8;
   int64_t blocks_x = 1;
@@ -47,7 +51,11 @@ inline ReduceTile plan_reduce_tile(bool columns, int64_t num_out, int64_t count,
     t.bx = std::min<int64_t>(32, pow2_ceil(num_out));
     t.by = std::max<int64_t>(1, std::min(kReduceThreads / t.bx, pow2_ceil(count)));
     t.blocks_x = ceil_div(num_out, t.bx);
-    per_block_work = t.by * 16;
+    // Four positions per lane: a lane loads them together (one trip to memory), and a column
+    // sum that fills few tiles, such as a [4096, 128] bias gradient, spreads over enough blocks
+    // to keep every multiprocessor's loads in flight. With sixteen per lane the same sum ran on
+    // one block per SM, four dependent trips each.
+    per_block_work = t.by * 4;
   } else {
     // A whole block per output only when the rows are long and too few to fill the GPU a warp
     // each.

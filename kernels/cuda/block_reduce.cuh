@@ -222,6 +222,26 @@ __device__ __forceinline__ void fold_contiguous(const Op& op, State& s, const T*
   for (int64_t r = a + nvec * kVec + tid; r < r1; r += nt) op.step(s, to_acc<Acc>(x[r]), r);
 }
 
+// Folds partial states k = first, first + step, ... below `splits` into s, in increasing k, with
+// kBatch loads issued before the first of them is combined: a finishing lane's partials come
+// back in one trip to memory instead of one trip each. load(k) returns partial k.
+template <int kBatch, class Index, class Op, class Load>
+__device__ __forceinline__ void fold_partials(const Op& op, typename Op::State& s, const Load& load,
+                                              Index first, Index step, Index splits) {
+  using State = typename Op::State;
+  for (Index k = first; k < splits; k += kBatch * step) {
+    State v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const Index ku = k + static_cast<Index>(u) * step;
+      v[u] = ku < splits ? load(ku) : op.identity();
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (k + static_cast<Index>(u) * step < splits) s = op.combine(s, v[u]);
+  }
+}
+
 // Every lane of the warp ends with the combination of all 32 lanes' states.
 template <class Op, class State>
 __device__ __forceinline__ State warp_allreduce(const Op& op, State s) {

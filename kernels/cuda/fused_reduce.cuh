@@ -22,10 +22,10 @@
 //     with lane i + h for h = L/2, L/4, ..., 1), rows within each warp and then across warps;
 //  3. with kSplits > 1, each block stores its state as partial[by][o], and the block that takes
 //     the last ticket of tile bx (an atomic counter, one per tile) combines each output's
-//     partials like the eager reduce_partials_kernel (lane l of a warp folds partials l, l + 32,
-//     ... from the identity, then an xor butterfly over the warp), projects and stores, then
-//     resets the ticket to 0 for the next launch (so replays, CUDA-graph replays included, need
-//     no memset).
+//     partials like the eager reduce_partials_kernel (in the same tile, lane l folds partials
+//     l, l + L, ... from the identity, then the lanes combine as in step 2), projects and
+//     stores, then resets the ticket to 0 for the next launch (so replays, CUDA-graph replays
+//     included, need no memset).
 // So a reduction fused into its producer comes out bitwise equal to the eager reduction of the
 // producer's output: bias and batch-norm gradients, statistics, sums of a loss.
 // Device code only (NVRTC).
@@ -113,20 +113,24 @@ __device__ __forceinline__ void reduce_tiles(const Op& op, Index num_out, Index 
 
   // The lanes' states combined as the eager kernels combine them: rows like row_allreduce
   // (within each warp, then across the warps), columns like column_allreduce (a halving tree).
-  if constexpr (kColumns) {
-    __shared__ State cell[kBX * kBY];
-    cell[t] = s;
-    __syncthreads();
-#pragma unroll
-    for (int h = kLanes / 2; h > 0; h >>= 1) {
-      if (lane < static_cast<unsigned>(h)) cell[t] = op.combine(cell[t], cell[t + h * kBX]);
+  // Every thread of the block calls it.
+  auto combine_lanes = [&](State v) {
+    if constexpr (kColumns) {
+      __shared__ State cell[kBX * kBY];
+      cell[t] = v;
       __syncthreads();
+#pragma unroll
+      for (int h = kLanes / 2; h > 0; h >>= 1) {
+        if (lane < static_cast<unsigned>(h)) cell[t] = op.combine(cell[t], cell[t + h * kBX]);
+        __syncthreads();
+      }
+      return cell[t];
+    } else {
+      static_assert(kBX % 32 == 0, "a row is whole warps");
+      return dev::row_allreduce(op, v, tx, ty, kBX);
     }
-    s = cell[t];
-  } else {
-    static_assert(kBX % 32 == 0, "a row is whole warps");
-    s = dev::row_allreduce(op, s, tx, ty, kBX);
-  }
+  };
+  s = combine_lanes(s);
   const bool leader = lane == 0 && o < num_out;
   if (splits == 1) {
     if (leader) store(o, s);
@@ -140,20 +144,16 @@ __device__ __forceinline__ void reduce_tiles(const Op& op, Index num_out, Index 
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // The last block of tile bx finishes its outputs as the eager reduce_partials_kernel does:
-  // per output one warp, lane l combining partials l, l + 32, ... from the identity, then a
-  // butterfly across the warp. (The host only splits with whole-warp blocks.)
-  constexpr int kWarps = kBX * kBY / 32;
-  const unsigned warp = t / 32, wl = t % 32;
-  for (unsigned j = warp; j < static_cast<unsigned>(kPerBlock); j += kWarps) {
-    const Index oj = static_cast<Index>(bx) * kPerBlock + j;
-    State acc = op.identity();
-    if (oj < num_out)
-      for (unsigned k = wl; k < splits; k += 32)
-        acc = op.combine(acc, load_partial(&partial[static_cast<Index>(k) * num_out + oj]));
-    acc = dev::warp_allreduce(op, acc);
-    if (wl == 0 && oj < num_out) store(oj, acc);
-  }
+  // The last block of tile bx finishes its outputs as the eager reduce_partials_kernel does, in
+  // the same tile: lane l folds partials l, l + kLanes, ... from the identity, then the lanes
+  // combine as above.
+  State f = op.identity();
+  if (o < num_out)
+    dev::fold_partials<8>(
+        op, f, [&](Index k) { return load_partial(&partial[k * num_out + o]); },
+        static_cast<Index>(lane), static_cast<Index>(kLanes), static_cast<Index>(splits));
+  f = combine_lanes(f);
+  if (leader) store(o, f);
   if (t == 0) tickets[bx] = 0;  // every block of tile bx is done with it
 }
 

@@ -109,10 +109,13 @@ void run(const Plan& p, const Tensor& x, const Tensor& out, const Op& op, const 
   }
   check_launch(name);
   if (partial) {
-    const dim3 block(32, 8);
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.sh.num_out, block.y)));
-    dev::reduce_partials_kernel<Op, Out>
-        <<<grid, block, 0, s>>>(partial, p.splits, p.sh.num_out, p.sh.count, op, o);
+    const dim3 grid(p.grid.x);
+    if (p.columns)
+      dev::reduce_partials_kernel<true, Op, Out>
+          <<<grid, p.block, 0, s>>>(partial, p.splits, p.sh.num_out, p.sh.count, op, o);
+    else
+      dev::reduce_partials_kernel<false, Op, Out>
+          <<<grid, p.block, 0, s>>>(partial, p.splits, p.sh.num_out, p.sh.count, op, o);
     check_launch(name);
   }
 }

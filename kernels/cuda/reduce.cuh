@@ -8,7 +8,8 @@
 //  - columns: threads along x take consecutive outputs and threads along y split r; used when a
 //             kept dim is innermost in memory (column sums of a row-major matrix, bias grads).
 // When there are too few outputs to fill the GPU, both split r into chunks over blockIdx.y and
-// write partial states; `reduce_partials_kernel` then combines the chunks of each output.
+// write partial states; `reduce_partials_kernel`, in the same tiles, then combines the chunks of
+// each output.
 #include "kernels/cuda/block_reduce.cuh"
 
 namespace ember::kernels::cuda::dev {
@@ -104,17 +105,27 @@ __global__ void reduce_columns_kernel(const T* __restrict__ in, ReduceShape sh, 
   if (threadIdx.y == 0 && o < sh.num_out) reduce_store(op, s, sh, o, out, partial);
 }
 
-// partial is [splits, num_out]; blockDim = (32, outputs per block): lanes walk the splits.
-template <class Op, class Out>
+// partial is [splits, num_out]. The block is the tile that wrote the partials (kColumns:
+// (outputs, lanes), else (lanes, outputs)), one block per tile: lane l folds partials l, l + L,
+// ... and the lanes combine as the tile's kernel combines them (kernels/reduce_grid.h).
+template <bool kColumns, class Op, class Out>
 __global__ void reduce_partials_kernel(const typename Op::State* __restrict__ partial,
                                        int64_t splits, int64_t num_out, int64_t count, Op op,
                                        Out* __restrict__ out) {
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t per_block = kColumns ? blockDim.x : blockDim.y;
+  const int64_t lane = kColumns ? threadIdx.y : threadIdx.x;
+  const int64_t lanes = kColumns ? blockDim.y : blockDim.x;
+  const int64_t o =
+      static_cast<int64_t>(blockIdx.x) * per_block + (kColumns ? threadIdx.x : threadIdx.y);
   typename Op::State s = op.identity();
   if (o < num_out)
-    for (int64_t k = threadIdx.x; k < splits; k += 32) s = op.combine(s, partial[k * num_out + o]);
-  s = warp_allreduce(op, s);
-  if (threadIdx.x == 0 && o < num_out) out[o] = op.template project<Out>(s, count);
+    fold_partials<8>(
+        op, s, [&](int64_t k) { return partial[k * num_out + o]; }, lane, lanes, splits);
+  if constexpr (kColumns)
+    s = column_allreduce(op, s);
+  else
+    s = row_allreduce(op, s);
+  if (lane == 0 && o < num_out) out[o] = op.template project<Out>(s, count);
 }
 
 }  // namespace ember::kernels::cuda::dev
