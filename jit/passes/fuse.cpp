@@ -8,8 +8,9 @@
 // contraction gives up its product (the tail is asked again as a group of its own), a refused
 // reduction its closing reduction, anything else dissolves: its members run as themselves.
 //
-// Patterns the growth alone would not find (the cross-entropy pair, lone column sums, small-K
-// products inside reductions) are rewrite rules, in jit/passes/fusion_rules.cpp.
+// Patterns the growth alone would not find (the cross-entropy pair, lone column sums, pointwise
+// siblings of a reduction, small-K products inside reductions) are rewrite rules, in
+// jit/passes/fusion_rules.cpp.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -77,6 +78,7 @@ void Fuser::run() {
     else if (op_info(n.op).kind == OpKind::Cat)
       merge_cat_producers(k);
   }
+  merge_reduction_siblings();
   absorb_small_k_products();
   finish();
 }

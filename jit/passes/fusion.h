@@ -57,6 +57,8 @@ class Fuser {
   // A sum of a product alone, over leading dims, as a Reduction candidate of its own.
   static constexpr int64_t kLoneSumMaxCols = 64;
   bool lone_column_sum(const Node& n) const;
+  // Pointwise candidates of a reduction's shape that read what it reads join it.
+  void merge_reduction_siblings();
   // Small-K products computed inside the reduction kernel that reads them.
   void absorb_small_k_products();
   bool product_inside_reduction(int32_t ci, Group& out);

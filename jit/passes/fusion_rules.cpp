@@ -190,6 +190,32 @@ bool Fuser::product_inside_reduction(int32_t ci, Group& out) {
   return false;
 }
 
+// A pointwise candidate over a reduction's shape that reads a value the reduction's members
+// read joins the reduction (a norm's backward: dy * gamma beside sum(dy * xhat)): the shared
+// value is read once, and the sibling is no launch of its own. Only a sibling that ends before
+// the reduction (the merged group runs at the reduction, its last member) and only where moving
+// it there is legal (can_merge). The reduction's order is untouched, so its bits are eager's.
+void Fuser::merge_reduction_siblings() {
+  for (size_t ri = 0; ri < cands_.size(); ++ri) {
+    const Candidate& r = cands_[ri];
+    // A lone sum reads a group input; with a sibling it would no longer reduce a member.
+    if (r.kind != GroupKind::Reduction || !r.closed || r.nodes.size() < 2) continue;
+    std::vector<ValueId> reads;
+    for (int32_t m : r.nodes)
+      for (ValueId in : g_.nodes[m].inputs) reads.push_back(g_.values[in].root);
+    for (size_t pi = 0; pi < cands_.size(); ++pi) {
+      const Candidate& p = cands_[pi];
+      if (pi == ri || p.kind != GroupKind::Pointwise || p.nodes.empty()) continue;
+      bool shares = false;
+      for (int32_t m : p.nodes)
+        for (ValueId in : g_.nodes[m].inputs)
+          shares = shares || contains(reads, g_.values[in].root);
+      if (shares && can_merge(static_cast<int32_t>(ri), static_cast<int32_t>(pi)))
+        merge(static_cast<int32_t>(ri), static_cast<int32_t>(pi));
+    }
+  }
+}
+
 // The pieces a cat joins (the gradients of a tensor's slices, jit/passes/slice_sums.cpp) are
 // often separate pointwise chains of one shape computed side by side: one kernel computes them
 // all instead of one per chain. Merged into the chain that ran last (a group runs at its last

@@ -233,6 +233,59 @@ TEST_CASE("jit fuse: which lone sums become a group of their own", "[jit][codege
   }
 }
 
+// A norm's affine backward: dy * gamma (the normalisation's incoming gradient) and
+// sum(dy * xhat) over the rows (gamma's gradient) both read dy.
+struct NormAffineBackward {
+  Builder b;
+  ValueId dy, gamma, xhat, dxhat, prod, dgamma;
+  explicit NormAffineBackward(int64_t rows, int64_t cols) {
+    dy = b.input({rows, cols});
+    gamma = b.input({cols});
+    xhat = b.input({rows, cols});
+    dxhat = b.op(OpId::mul, {dy, gamma});
+    prod = b.op(OpId::mul, {dy, xhat});
+    dgamma = b.reduce(OpId::sum, prod, {0}, true);
+  }
+};
+
+TEST_CASE("jit fuse: a pointwise sibling reading the reduction's input joins its group",
+          "[jit][codegen]") {
+  SECTION("dy * gamma beside sum(dy * xhat): one kernel writing both") {
+    NormAffineBackward n(8192, 128);
+    const FusedReductionKernel k = n.b.kernel({n.dxhat, n.dgamma});
+    const Group& grp = n.b.g.groups[0];
+    CHECK(grp.nodes.size() == 3);
+    CHECK(std::find(grp.outputs.begin(), grp.outputs.end(), n.dxhat) != grp.outputs.end());
+    CHECK(std::find(grp.outputs.begin(), grp.outputs.end(), n.dgamma) != grp.outputs.end());
+    check_compiles(k);
+  }
+  SECTION("not when a node between them reads the sibling's result") {
+    // The group runs at its reduction, too late for a reader of the sibling placed before it.
+    Builder c;
+    const ValueId dy = c.input({64, 32}), gamma = c.input({32}), xhat = c.input({64, 32});
+    const ValueId dxhat = c.op(OpId::mul, {dy, gamma});
+    const ValueId early = c.op(OpId::mm, {dxhat, c.input({32, 8})});
+    const ValueId s = c.reduce(OpId::sum, c.op(OpId::mul, {dy, xhat}), {0}, true);
+    c.g.outputs = {early, s};
+    fuse(c.g);
+    const int32_t sg = c.g.nodes[c.g.values[s].producer].group;
+    REQUIRE(sg >= 0);
+    CHECK(c.g.nodes[c.g.values[dxhat].producer].group != sg);
+  }
+  SECTION("not a sibling that reads nothing the reduction reads") {
+    Builder c;
+    const ValueId dy = c.input({64, 32}), gamma = c.input({32}), xhat = c.input({64, 32});
+    const ValueId other = c.input({64, 32});
+    const ValueId y = c.op(OpId::mul, {other, gamma});
+    const ValueId s = c.reduce(OpId::sum, c.op(OpId::mul, {dy, xhat}), {0}, true);
+    c.g.outputs = {y, s};
+    fuse(c.g);
+    const int32_t sg = c.g.nodes[c.g.values[s].producer].group;
+    REQUIRE(sg >= 0);
+    CHECK(c.g.nodes[c.g.values[y].producer].group != sg);
+  }
+}
+
 // The relu backward of a hidden layer under a 10-class one: its incoming gradient is the small-K
 // product dO [M,K] x W2 [K,N], which only the relu backward reads.
 struct ProductGroup {
@@ -646,6 +699,41 @@ TEST_CASE("reduction codegen: relu-backward bias gradient matches eager and floa
         }
       }
       CHECK(compiled.stats().replays >= 2);
+      check_lowered(before);
+    }
+}
+
+TEST_CASE("reduction codegen: a norm's affine backward is one kernel, eager's bits",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  // dy * gamma joins the group of sum(dy * xhat) as a sibling (fusion_rules.cpp): the product
+  // is written elementwise as eager writes it, the sum keeps eager's order.
+  for (Mode mode : {Mode::Default, Mode::ReduceOverhead})
+    for (const Shape& shape : std::vector<Shape>{{4096, 128}, {64, 512}, {33, 7}}) {
+      const std::string what = shape.str() + (mode == Mode::Default ? "" : " (graph replay)");
+      INFO(what);
+      const ReductionLoweringStats before = reduction_lowering_stats();
+      auto fn = [](const Tensor& dy, const Tensor& gamma, const Tensor& xhat) {
+        return std::vector<Tensor>{mul(dy, gamma), sum(mul(dy, xhat), {0}, true)};
+      };
+      auto compiled = jit::compile(fn, {.mode = mode, .fullgraph = true, .name = "norm_affine"});
+      for (int call = 0; call < 3; ++call) {
+        const Tensor dy = rand(shape, kGpu) + 0.5;
+        const Tensor gamma = rand({shape[1]}, kGpu) + 0.5;
+        const Tensor xhat = rand(shape, kGpu) + 0.5;
+        const std::vector<Tensor> want = fn(dy, gamma, xhat);
+        const std::vector<Tensor> got = compiled(dy, gamma, xhat);
+        REQUIRE(got.size() == 2);
+        check_bitwise_equal(got[0], want[0], "dy * gamma, call " + std::to_string(call));
+        std::vector<double> ref, mag;
+        column_sums(as_doubles(mul(dy, xhat)), shape[0], shape[1], ref, mag);
+        check_close(got[1], ref, mag, 1e-6, "column sum vs float64");
+        check_bitwise_equal(got[1], want[1], "column sum vs eager");
+      }
+      const jit::Explanation e =
+          jit::explain(fn, rand(shape, kGpu), rand({shape[1]}, kGpu), rand(shape, kGpu));
+      INFO(e.str());
+      CHECK(e.kernels_per_replay == 1);
       check_lowered(before);
     }
 }
