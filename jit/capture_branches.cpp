@@ -49,6 +49,12 @@ BranchPlan plan_branches(const Graph& g, const StepList& steps,
       if (node_done[ni] == node_step[ni]) break;
     }
   }
+  // A lowering's workspace is arena bytes that other steps' values use at other times.
+  for (size_t si = 0; si < n; ++si)
+    if (const auto [p, bytes] = steps.workspace_range(si); p && bytes > 0) {
+      const auto lo = reinterpret_cast<uintptr_t>(p);
+      writes[si].push_back({lo, lo + static_cast<uintptr_t>(bytes)});
+    }
   auto overlap = [](const std::vector<Range>& a, const std::vector<Range>& b) {
     for (const Range& x : a)
       for (const Range& y : b)

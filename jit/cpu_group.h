@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "jit/graph.h"
+#include "jit/lower.h"
 #include "jit/passes.h"
 
 namespace ember::jit {
@@ -34,12 +35,8 @@ std::optional<Group> cpu_chunked_group(const Graph& g, const Group& group);
 
 class CpuGroupRunner {
  public:
-  // Where the runner's scratch lives: `bytes` bytes from byte `offset` of `storage`.
-  struct Workspace {
-    StoragePtr storage;
-    int64_t offset = 0;
-    int64_t bytes = 0;
-  };
+  // Where the runner's scratch lives.
+  using Workspace = GroupWorkspace;
   // The scratch bytes a runner of `group` needs, given where `plan` stores values (the values it
   // does not store are the group's intermediates, which live in the scratch).
   static int64_t workspace_bytes(const Graph& g, const Group& group, const MemoryPlan& plan);

@@ -9,12 +9,25 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jit/graph.h"
 #include "jit/passes.h"
 
 namespace ember::jit {
+
+// Bytes of an arena that a group may use as scratch while it runs (the memory plan's workspace
+// of the group, MemoryPlan::workspace_*): `bytes` from byte `offset` of `storage`, an arena whose
+// memory comes at the first call and moves when shared arenas grow, so read data() when running.
+struct GroupWorkspace {
+  StoragePtr storage;  // null: none was planned
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  void* data() const {
+    return storage && storage->data ? static_cast<char*>(storage->data) + offset : nullptr;
+  }
+};
 
 class LoweredGroup {
  public:
@@ -26,6 +39,9 @@ class LoweredGroup {
   // a CUDA graph may run it beside unrelated steps. False for anything using a device's shared
   // scratch (the cuBLAS workspace, the finish scratch) or the cuBLAS handle's fixed stream.
   virtual bool self_contained() const { return false; }
+  // The workspace bytes its launches write, as they lie now ({nullptr, 0}: none). Scratch of its
+  // own is not listed; arena bytes are, since other steps' values use them at other times.
+  virtual std::pair<void*, int64_t> workspace_range() const { return {nullptr, 0}; }
 };
 
 struct LoweringContext {
@@ -33,11 +49,15 @@ struct LoweringContext {
   const Group& group;
   const std::vector<std::shared_ptr<TensorImpl>>& slots;  // per value id
   const MemoryPlan& plan;
+  GroupWorkspace workspace = {};  // at least cuda_lowering_workspace() bytes, when it asked
 };
 
 // Whether `group` (on CUDA) has a lowering, and then what memory it needs (decided before the
 // memory plan exists, from the graph alone).
 std::optional<GroupStorage> cuda_lowering_storage(const Graph& g, const Group& group);
+// The scratch bytes the lowering of `group` needs while it runs (a split reduction's partial
+// states), which the memory plan places in bytes that are dead then; 0 for none.
+int64_t cuda_lowering_workspace(const Graph& g, const Group& group);
 // Builds the lowering; null if, after all, there is none (the executor then runs the members
 // one by one, which needs GroupStorage::Materialize: only return null where storage allows).
 std::unique_ptr<LoweredGroup> lower_cuda_group(const LoweringContext& ctx);
@@ -74,11 +94,14 @@ void set_pointwise_kernel_failure_for_testing(bool fail);
 // folds, the members' results the group returns written by the same kernel, long reductions
 // split over blocks and finished in the same launch in a fixed order: eager's cut and order, so
 // the result equals the eager reduction of the members' output bit for bit, kernels/cuda/
-// fused_reduce.cuh). Storage: None when reduction_codegen_supports() holds, nullopt otherwise (and in
-// CPU-only builds).
+// fused_reduce.cuh). Storage: None when reduction_codegen_supports() holds, nullopt otherwise (and
+// in CPU-only builds).
 std::optional<GroupStorage> reduction_lowering_storage(const Graph& g, const Group& group);
-// Compiles (or fetches from the caches) and allocates the split scratch at construction; run()
-// binds the slots' addresses and launches once on stream(dev), allocating nothing.
+// The bytes of partial states a split reduction's kernel needs while it runs (0: no split).
+int64_t reduction_lowering_workspace(const Graph& g, const Group& group);
+// Compiles (or fetches from the caches) and allocates a split's tickets at construction (its
+// partial states go in ctx.workspace); run() binds the slots' addresses and launches once on
+// stream(dev), allocating nothing.
 std::unique_ptr<LoweredGroup> lower_reduction_cuda(const LoweringContext& ctx);
 struct ReductionLoweringStats {
   int64_t groups = 0;       // lowerings built (kernels had)
@@ -100,6 +123,8 @@ void set_reduction_kernel_failure_for_testing(bool fail);
 // forward+backward kernel (storage Materialize, so a null lowering is always safe). Anything else,
 // and every group in a build without CUDA: nullopt / null.
 std::optional<GroupStorage> gemm_lowering_storage(const Graph& g, const Group& group);
+// Its tail's workspace (a reduction closing the tail), else 0.
+int64_t gemm_lowering_workspace(const Graph& g, const Group& group);
 std::unique_ptr<LoweredGroup> lower_gemm_cuda(const LoweringContext& ctx);
 std::optional<GroupStorage> cross_entropy_lowering_storage(const Graph& g, const Group& group);
 std::unique_ptr<LoweredGroup> lower_cross_entropy_cuda(const LoweringContext& ctx);

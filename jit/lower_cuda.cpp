@@ -80,6 +80,19 @@ std::optional<GroupStorage> cuda_lowering_storage(const Graph& g, const Group& g
   return std::nullopt;
 }
 
+int64_t cuda_lowering_workspace(const Graph& g, const Group& group) {
+  switch (group.kind) {
+    case GroupKind::GemmEpilogue:
+      return gemm_lowering_workspace(g, group);
+    case GroupKind::Reduction:
+      return reduction_lowering_workspace(g, group);
+    case GroupKind::Pointwise:
+    case GroupKind::CrossEntropy:
+      return 0;
+  }
+  return 0;
+}
+
 std::unique_ptr<LoweredGroup> lower_cuda_group(const LoweringContext& ctx) {
   switch (ctx.group.kind) {
     case GroupKind::Pointwise:

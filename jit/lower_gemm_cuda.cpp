@@ -214,7 +214,7 @@ class LoweredGemm final : public LoweredGroup {
                   shape_pair(g, p_.a, p_.b), " + ", kc::gemm_epilogue_name(epilogue_)});
     if (p_.has_tail()) {
       // p_.tail lives as long as this lowering, which the tail's lowering may refer to.
-      const LoweringContext tctx{g, p_.tail, ctx.slots, ctx.plan};
+      const LoweringContext tctx{g, p_.tail, ctx.slots, ctx.plan, ctx.workspace};
       tail_ = p_.tail.kind == GroupKind::Reduction ? lower_reduction_cuda(tctx)
                                                    : lower_pointwise_cuda(tctx);
       EMBER_CHECK(tail_, "gemm lowering: no lowering for the tail ", tail_ops(g, p_.tail),
@@ -227,6 +227,10 @@ class LoweredGemm final : public LoweredGroup {
   void run() override {
     run_gemm();
     if (tail_) tail_->run();
+  }
+
+  std::pair<void*, int64_t> workspace_range() const override {
+    return tail_ ? tail_->workspace_range() : std::pair<void*, int64_t>{nullptr, 0};
   }
 
   int32_t kernels() const override {
@@ -390,6 +394,12 @@ std::optional<GroupStorage> gemm_lowering_storage(const Graph& g, const Group& g
   return GroupStorage::None;
 }
 
+int64_t gemm_lowering_workspace(const Graph& g, const Group& group) {
+  ContractionPlan p;
+  if (!plan_contraction(g, group, p, nullptr) || !p.has_tail()) return 0;
+  return p.tail.kind == GroupKind::Reduction ? reduction_lowering_workspace(g, p.tail) : 0;
+}
+
 std::unique_ptr<LoweredGroup> lower_gemm_cuda(const LoweringContext& ctx) {
   ContractionPlan p;
   if (!plan_contraction(ctx.graph, ctx.group, p, nullptr)) return nullptr;
@@ -406,6 +416,7 @@ std::optional<GemmAutotuneInfo> gemm_autotune_info(const LoweredGroup& lowered) 
 std::optional<GroupStorage> gemm_lowering_storage(const Graph&, const Group&) {
   return std::nullopt;
 }
+int64_t gemm_lowering_workspace(const Graph&, const Group&) { return 0; }
 std::unique_ptr<LoweredGroup> lower_gemm_cuda(const LoweringContext&) { return nullptr; }
 std::optional<GemmAutotuneInfo> gemm_autotune_info(const LoweredGroup&) { return std::nullopt; }
 

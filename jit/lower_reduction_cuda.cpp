@@ -1,8 +1,9 @@
 // The CUDA lowering of fused Reduction groups: the kernel jit/reduction_codegen.cpp writes,
 // compiled with NVRTC (or taken from the kernel caches) when the executor builds the lowering,
-// then launched once per replay with the slots' current addresses. The scratch a split
-// reduction needs (partial states, one ticket per tile) is allocated here, once, sized for the
-// group's shapes; run() only fills the argument block and launches, so it can be captured.
+// then launched once per replay with the slots' current addresses. A split reduction's partial
+// states go in the workspace the memory plan placed for the group (cuda_lowering_workspace);
+// its tickets, one per tile, are allocated here once. run() only fills the argument block and
+// launches, so it can be captured.
 #include <atomic>
 
 #include "jit/lower.h"
@@ -74,18 +75,30 @@ class ReductionLowering final : public LoweredGroup {
       (o.scalar ? scalars_ : pointers_).push_back(std::move(b));
     }
     words_.assign(static_cast<size_t>(kernel_.words), 0);
-    // Scratch, once: partial states and the tickets (zeroed here, on Ember's stream, before any
-    // launch of this kernel; the kernel leaves them at zero).
+    // Scratch: the partial states live in the workspace the memory plan gave the group (bytes
+    // dead while it runs) or, built without one, in memory of its own; the tickets are its own,
+    // zeroed here once, on Ember's stream, before any launch (the kernel leaves them at zero).
     const Device d = Device::cuda(dev_);
     if (kernel_.partial_bytes > 0) {
-      partial_ = empty({(kernel_.partial_bytes + 7) / 8}, TensorOptions(kInt64).device(d));
+      if (ctx.workspace.storage && ctx.workspace.bytes >= kernel_.partial_bytes) {
+        workspace_ = ctx.workspace;
+      } else {
+        partial_ = empty({(kernel_.partial_bytes + 7) / 8}, TensorOptions(kInt64).device(d));
+        words_[kernel_.partial_word] = reinterpret_cast<uintptr_t>(partial_.raw_data());
+      }
       tickets_ = zeros({kernel_.ticket_count}, TensorOptions(kInt32).device(d));
-      words_[kernel_.partial_word] = reinterpret_cast<uintptr_t>(partial_.raw_data());
       words_[kernel_.ticket_word] = reinterpret_cast<uintptr_t>(tickets_.raw_data());
     }
   }
 
+  std::pair<void*, int64_t> workspace_range() const override {
+    if (!workspace_.storage) return {nullptr, 0};
+    return {workspace_.data(), kernel_.partial_bytes};
+  }
+
   void run() override {
+    if (workspace_.storage)
+      words_[kernel_.partial_word] = reinterpret_cast<uintptr_t>(workspace_.data());
     for (const Bound& b : pointers_)
       words_[b.word] = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(b.slot->data()));
     for (const Bound& b : scalars_) {
@@ -114,6 +127,7 @@ class ReductionLowering final : public LoweredGroup {
   std::string what_;
   std::vector<Bound> pointers_, scalars_;
   std::vector<uint64_t> words_;  // pointers, scalar bits, partials, tickets
+  GroupWorkspace workspace_;     // where the partials go, when the plan gave the group one
   Tensor partial_, tickets_;
 };
 
@@ -145,6 +159,18 @@ std::optional<GeneratedSource> reduction_generated_source(const Graph& g, const 
   (void)g;
   (void)group;
   return std::nullopt;
+#endif
+}
+
+int64_t reduction_lowering_workspace(const Graph& g, const Group& group) {
+#if defined(EMBER_WITH_CUDA)
+  if (group.kind != GroupKind::Reduction || !reduction_codegen_supports(g, group)) return 0;
+  return generate_reduction_kernel(g, group, rtc::sm_count(reduction_device(g, group)))
+      .partial_bytes;
+#else
+  (void)g;
+  (void)group;
+  return 0;
 #endif
 }
 

@@ -31,7 +31,12 @@ void StepList::build(const Graph& g, const MemoryPlan& plan, const Binding& bind
       ~Drop() { drop_precompiled_kernels(); }
     } drop;
     precompile_cuda_lowerings(g, lowerable);
-    for (int32_t i : lowerable) lowered_[i] = lower_cuda_group({g, g.groups[i], slots, plan});
+    for (int32_t i : lowerable) {
+      GroupWorkspace ws;
+      if (const int32_t a = plan.workspace_arena[i]; a >= 0)
+        ws = {bind.arena(a), plan.workspace_offset[i], plan.workspace_bytes[i]};
+      lowered_[i] = lower_cuda_group({g, g.groups[i], slots, plan, ws});
+    }
   }
   // The step that runs each node: a group's members run in the step pushed at its last member.
   node_step_.assign(g.nodes.size(), -1);
@@ -187,6 +192,12 @@ bool StepList::self_contained(size_t i) const {
   const Step& s = steps_[i];
   return s.kind == StepKind::Lowered && lowered_[s.cpu_group] &&
          lowered_[s.cpu_group]->self_contained();
+}
+
+std::pair<void*, int64_t> StepList::workspace_range(size_t i) const {
+  const Step& s = steps_[i];
+  if (s.kind != StepKind::Lowered || !lowered_[s.cpu_group]) return {nullptr, 0};
+  return lowered_[s.cpu_group]->workspace_range();
 }
 
 void StepList::run(StepHooks* capture, cuda::Timeline* timeline) {

@@ -86,6 +86,8 @@ class StepList {
   size_t size() const { return steps_.size(); }
   // Whether step i may run beside unrelated steps (LoweredGroup::self_contained).
   bool self_contained(size_t i) const;
+  // The arena bytes step i's lowering uses as its workspace, as they lie now ({nullptr, 0}).
+  std::pair<void*, int64_t> workspace_range(size_t i) const;
   const std::vector<int32_t>& node_step() const { return node_step_; }  // per node: its step
   // Per node: the step after which its effect is complete (its wait for a collective, else
   // node_step()).

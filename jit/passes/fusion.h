@@ -55,7 +55,6 @@ class Fuser {
   void pair_cross_entropy();
   void merge_cat_producers(int32_t i);
   // A sum of a product alone, over leading dims, as a Reduction candidate of its own.
-  static constexpr int64_t kLoneSumMaxCols = 64;
   bool lone_column_sum(const Node& n) const;
   // Pointwise candidates of a reduction's shape that read what it reads join it.
   void merge_reduction_siblings();

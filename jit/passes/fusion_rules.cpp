@@ -114,16 +114,14 @@ void Fuser::pair_cross_entropy() {
 // (the last block to finish folds the partials), where eager's launches a second kernel for
 // them, and in this columns layout it sums in eager's order exactly (fused_reduce.cuh), so the
 // bits stay eager's. Sums over the last dim are left to eager: the generated rows layout
-// associates differently. Only narrow sums (a classifier's bias, up to kLoneSumMaxCols
-// columns): the generated kernel keeps its split's partials for the executable's life where
-// eager's are a temporary, which for wide sums raises the peak memory (bench/NOTES.md).
+// associates differently. The split's partial states take no memory of their own: they live in
+// the group's workspace, bytes of the arena that are dead while it runs.
 bool Fuser::lone_column_sum(const Node& n) const {
   if (n.op != OpId::sum) return false;
   const Value& in = g_.values[n.inputs[0]];
   const int64_t nd = static_cast<int64_t>(in.shape.size());
-  if (!in.device.is_cuda() || nd < 2 || in.shape.back() < 2 || in.shape.back() > kLoneSumMaxCols ||
-      n.attrs.dims.empty() || g_.is_view(n.inputs[0]) || in.producer < 0 ||
-      in.strides != contiguous_strides(in.shape))
+  if (!in.device.is_cuda() || nd < 2 || in.shape.back() < 2 || n.attrs.dims.empty() ||
+      g_.is_view(n.inputs[0]) || in.producer < 0 || in.strides != contiguous_strides(in.shape))
     return false;
   for (int64_t d : n.attrs.dims)
     if (d == nd - 1 || d == -1) return false;

@@ -202,7 +202,7 @@ TEST_CASE("jit fuse: which lone sums become a group of their own", "[jit][codege
   const Case cases[] = {
       {"narrow column sum", 10, {0}, false, false, false, true},
       {"64 columns", 64, {0}, false, false, false, true},
-      {"65 columns: its partials would outlive the sum", 65, {0}, false, false, false, false},
+      {"384 columns (its partials in the workspace)", 384, {0}, false, false, false, true},
       {"over the last dim", 10, {1}, false, false, false, false},
       {"over both dims", 10, {0, 1}, false, false, false, false},
       {"of a view", 10, {0}, true, false, false, false},
@@ -703,6 +703,33 @@ TEST_CASE("reduction codegen: relu-backward bias gradient matches eager and floa
     }
 }
 
+TEST_CASE("reduction codegen: a split sum's partial states are the group's workspace",
+          "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  // The lowering asks for exactly its kernel's partial bytes (sized by this GPU's SMs); the
+  // memory plan places them, and a sum too short to split asks for none.
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{8192, 384}, {64, 10}}) {
+    INFO(rows << " x " << cols);
+    Builder b;
+    const ValueId x = b.op(OpId::mm, {b.input({rows, 16}), b.input({16, cols})});
+    const ValueId s = b.reduce(OpId::sum, x, {0}, true);
+    b.g.outputs = {s};
+    fuse(b.g);
+    const int32_t gi = b.g.nodes[b.g.values[s].producer].group;
+    REQUIRE(gi >= 0);
+    const Group& grp = b.g.groups[gi];
+    const FusedReductionKernel k =
+        generate_reduction_kernel(b.g, grp, kernels::cuda::nvrtc::sm_count(0));
+    CHECK((k.splits > 1) == (rows == 8192));
+    CHECK(cuda_lowering_workspace(b.g, grp) == k.partial_bytes);
+    std::vector<GroupStorage> storage(b.g.groups.size(), GroupStorage::None);
+    std::vector<int64_t> workspace(b.g.groups.size(), 0);
+    workspace[gi] = k.partial_bytes;
+    const MemoryPlan plan = plan_memory(b.g, storage, workspace);
+    CHECK((plan.workspace_arena[gi] >= 0) == (k.partial_bytes > 0));
+  }
+}
+
 TEST_CASE("reduction codegen: a norm's affine backward is one kernel, eager's bits",
           "[jit][cuda]") {
   EMBER_REQUIRE_CUDA();
@@ -745,7 +772,8 @@ TEST_CASE("reduction codegen: a lone column sum of a product is one generated ke
   // the sum is a Reduction group of its own (fuse.cpp); with 8192 rows eager splits the rows
   // and finishes in a second kernel, the generated kernel in its last block.
   for (Mode mode : {Mode::Default, Mode::ReduceOverhead})
-    for (const Shape& shape : std::vector<Shape>{{64, 10}, {8192, 10}, {8192, 64}, {300, 7}}) {
+    for (const Shape& shape :
+         std::vector<Shape>{{64, 10}, {8192, 10}, {8192, 64}, {4096, 128}, {8192, 384}, {300, 7}}) {
       const std::string what = shape.str() + (mode == Mode::Default ? "" : " (graph replay)");
       INFO(what);
       const ReductionLoweringStats before = reduction_lowering_stats();
