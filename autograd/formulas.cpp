@@ -267,10 +267,11 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       break;
     }
     case OpId::index_select: {
-      // index_select == gather with the index broadcast along every other dim.
+      // index_select == gather with the index broadcast along every other dim; scatter_add
+      // reads the broadcast through zero strides, so the [N, D] index is never materialized.
       Shape is = Shape::filled(g.dim(), 1);
       if (g.dim() > 0) is[a.dim] = g.size(a.dim);
-      const Tensor idx = in(n, 1).reshape(is).expand(g.sizes()).contiguous();
+      const Tensor idx = in(n, 1).reshape(is).expand(g.sizes());
       Attrs sa;
       sa.dim = a.dim;
       sa.shape = shape(0);

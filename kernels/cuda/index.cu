@@ -84,8 +84,10 @@ void run_scatter_add(const KernelCall& call, int device, cudaStream_t s) {
   const Tensor& src = call.inputs[0];
   const Tensor& index = call.inputs[1];
   const Tensor& out = call.out;
-  EMBER_CHECK(src.is_contiguous() && index.is_contiguous() && out.is_contiguous(),
-              "scatter_add: CUDA kernel needs a contiguous source, index and output");
+  EMBER_CHECK(src.is_contiguous() && out.is_contiguous(),
+              "scatter_add: CUDA kernel needs a contiguous source and output");
+  EMBER_CHECK(index.sizes() == src.sizes(), "scatter_add: index ", index.sizes(),
+              " must have the source's shape ", src.sizes());
   EMBER_CHECK(index.dtype() == kInt64, "scatter_add: CUDA kernel needs an int64 index, got ",
               dtype_name(index.dtype()));
   // All-zero bits are 0 in every numeric dtype.
@@ -101,6 +103,7 @@ void run_scatter_add(const KernelCall& call, int device, cudaStream_t s) {
   for (int d = nd - 1; d >= 0; --d) {  // innermost first
     g.size[nd - 1 - d] = size_or_1(src, d);
     g.out_stride[nd - 1 - d] = stride;
+    g.index_stride[nd - 1 - d] = index.dim() == 0 ? 0 : index.stride(d);
     stride *= size_or_1(out, d);
   }
   visit_numeric_dtype(src.dtype(), "scatter_add", [&](auto tag) {

@@ -1,5 +1,6 @@
 #pragma once
-// gather, index_select, one_hot and scatter_add on contiguous inputs with int64 indices.
+// gather, index_select, one_hot and scatter_add on contiguous inputs with int64 indices (a
+// scatter_add's index may have any strides).
 // gather and index_select move elements as unsigned words of their size, so one instantiation
 // per width serves every dtype. An index outside its dimension raises the device error flag and
 // the element becomes 0, or (scatter_add) is skipped: no trap, so the context survives and the
@@ -88,13 +89,16 @@ __global__ void one_hot_kernel(const int64_t* __restrict__ in, int64_t* __restri
 
 // scatter_add: out (contiguous, zero-filled beforehand) += src at the source's positions with
 // coordinate `dim` := index[p]. Sizes are the source's, innermost first; out_stride are the
-// output's contiguous strides. Duplicate indices meet in atomicAdd, so the order of the adds
-// (and, for floats, the rounding) varies from run to run, as in PyTorch.
+// output's contiguous strides, index_stride the index's own (any, such as the zero strides of
+// a 1-D index expanded over the other dims, which then needs no copy). Duplicate indices meet
+// in atomicAdd, so the order of the adds (and, for floats, the rounding) varies from run to
+// run, as in PyTorch.
 struct ScatterShape {
   int ndim;
   int dim;  // position of the scattered dim in the innermost-first arrays
   int64_t size[kIndexMaxDims];
   int64_t out_stride[kIndexMaxDims];
+  int64_t index_stride[kIndexMaxDims];
   int64_t dim_size;
 };
 
@@ -117,13 +121,15 @@ __global__ void scatter_add_kernel(const T* __restrict__ src, const int64_t* __r
                                    DeviceErrorFlag* flag) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
-    int64_t pos = e, off = 0;
+    int64_t pos = e, off = 0, ioff = 0;
     for (int d = 0; d < g.ndim; ++d) {
       const int64_t q = pos / g.size[d];
-      if (d != g.dim) off += (pos - q * g.size[d]) * g.out_stride[d];
+      const int64_t c = pos - q * g.size[d];
+      if (d != g.dim) off += c * g.out_stride[d];
+      ioff += c * g.index_stride[d];
       pos = q;
     }
-    const int64_t v = index[e];
+    const int64_t v = index[ioff];
     if (v < 0 || v >= g.dim_size) {
       raise_device_error(flag, kScatterAddIndex, v, g.dim_size);
     } else {

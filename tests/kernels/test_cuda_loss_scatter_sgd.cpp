@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -302,6 +303,34 @@ TEST_CASE("cuda scatter_add matches the cpu with heavy duplicates", "[cuda][inde
         }
       }
     }
+  }
+}
+
+TEST_CASE("cuda scatter_add reads a broadcast index through its strides", "[cuda][index]") {
+  EMBER_REQUIRE_CUDA();
+  // index_select's backward: a 1-D index expanded over the other dims (zero strides), never
+  // copied. Distinct indices, so every element gets one add and the sums are exact; the same
+  // index made contiguous, and the CPU, give the same bits.
+  for (const auto& [rows, cols, dim] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{128, 128, 0}, {37, 5, 0}, {6, 300, 1}}) {
+    INFO(rows << " x " << cols << " along dim " << dim);
+    const int64_t n = dim == 0 ? rows : cols;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = (i * 7 + 3) % n;
+    REQUIRE(n % 7 != 0);  // i -> 7i + 3 (mod n) is then a permutation
+    const Tensor perm = int64s(order, {n});
+    Shape is{1, 1};
+    is[static_cast<size_t>(dim)] = n;
+    const Shape shape{rows, cols};
+    const Tensor src = randn(shape);
+    const Tensor expanded = perm.reshape(is).expand(shape);
+    REQUIRE_FALSE(expanded.is_contiguous());
+    const Tensor want = scatter_add_op(src, expanded.contiguous(), dim, shape);
+    const Tensor cpu = scatter_add_op(src, expanded, dim, shape);
+    require_close(cpu, want, 0, 0, "cpu, broadcast index");
+    const Tensor gindex = perm.to(kGpu).reshape(is).expand(shape);
+    const Tensor got = scatter_add_op(src.to(kGpu), gindex, dim, shape);
+    require_close(got, want, 0, 0, "cuda, broadcast index");
   }
 }
 
