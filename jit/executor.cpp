@@ -23,23 +23,19 @@ Executor::Executor(Graph graph, ExecutorOptions options) : g_(std::move(graph)),
   if (cuda)
     for (size_t i = 0; i < g_.groups.size(); ++i)
       if (auto how = cuda_lowering_storage(g_, g_.groups[i])) storage[i] = *how;
-  plan_ = plan_memory(g_, storage);
-  if (cuda) {
-    // Scratch the lowerings need while they run (split reductions' partial states), placed
-    // where the plan has dead bytes at each group's position.
-    std::vector<int64_t> workspace(g_.groups.size(), 0);
-    bool any = false;
+  // Scratch the groups need while they run, placed where the plan has dead bytes at each
+  // group's position: on CUDA split reductions' partial states, known from the graph; on the
+  // CPU the chunked groups' intermediates, which follow from what a first plan stores.
+  std::vector<int64_t> workspace(g_.groups.size(), 0);
+  bool any = false;
+  if (cuda)
     for (size_t i = 0; i < g_.groups.size(); ++i)
       if (storage[i] == GroupStorage::None) {
         workspace[i] = cuda_lowering_workspace(g_, g_.groups[i]);
         any = any || workspace[i] > 0;
       }
-    if (any) plan_ = plan_memory(g_, storage, workspace);
-  } else {
-    // The chunked groups' scratch, placed where the plan has dead bytes when each group runs
-    // (what each needs follows from which values the first plan stores).
-    std::vector<int64_t> workspace(g_.groups.size(), 0);
-    bool any = false;
+  plan_ = any ? plan_memory(g_, storage, workspace) : plan_memory(g_, storage);
+  if (!cuda) {
     for (size_t i = 0; i < g_.groups.size(); ++i)
       if (const std::optional<Group> chunked = cpu_chunked_group(g_, g_.groups[i])) {
         workspace[i] = CpuGroupRunner::workspace_bytes(g_, *chunked, plan_);
