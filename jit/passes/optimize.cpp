@@ -3,9 +3,32 @@
 // sharing an operand joined, sums of slice gradients made one cat, sums of products one
 // product, canonical forms, a second sweep of what they made dead, the memory of constants no
 // longer read, and fusion last (it needs the final node list; erasing nodes clears groups).
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
 #include "jit/passes.h"
 
 namespace ember::jit {
+namespace {
+
+// EMBER_JIT_SKIP_PASSES=sum_products,canonicalize leaves the named passes out: a way to find which
+// rewrite changes a compiled step's bits or memory against eager's, without rebuilding. Read
+// once; the pipeline runs at trace time, never on the replay path.
+bool skipped(std::string_view pass) {
+  static const std::string_view list = [] {
+    const char* e = std::getenv("EMBER_JIT_SKIP_PASSES");
+    return std::string_view(e ? e : "");
+  }();
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    if (list.substr(at, end - at) == pass) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::vector<PassReport> optimize(Graph& g) {
   struct Step {
@@ -30,7 +53,7 @@ std::vector<PassReport> optimize(Graph& g) {
     PassReport r;
     r.pass = s.name;
     r.nodes_before = g.live_node_count();
-    s.run(g);
+    if (!skipped(s.name)) s.run(g);
     r.nodes_after = g.live_node_count();
     reports.push_back(std::move(r));
   }
