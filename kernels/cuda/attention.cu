@@ -75,16 +75,30 @@ __device__ __forceinline__ const T* batch_rows(const Operand& o, int64_t b, int6
 }
 
 // Rows [r0, r0 + kTile) of an operand into a [kTile][D + 1] Acc tile, times `mul`; zeros past
-// `rows` and past the head size E.
+// `rows` and past the head size E. A thread's elements are loaded in batches of 8 into
+// registers before any is stored: the compiler cannot move a global load above a shared store it
+// might alias, so element-by-element copying would wait out one memory latency per element.
 template <class T, int D, class Acc>
 __device__ __forceinline__ void load_tile(Acc* dst, const T* src, int64_t pitch, int r0, int rows,
                                           int E, std::type_identity_t<Acc> mul) {
-  for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
-    const int r = idx / D, e = idx % D;
-    Acc x = Acc(0);
-    if (r0 + r < rows && e < E)
-      x = dev::to_acc<Acc>(src[static_cast<int64_t>(r0 + r) * pitch + e]) * mul;
-    dst[r * (D + 1) + e] = x;
+  constexpr int kPer = kTile * D / kThreads;  // elements per thread
+  constexpr int kBatch = 8;
+  static_assert(kPer % kBatch == 0);
+#pragma unroll 1
+  for (int b0 = 0; b0 < kPer; b0 += kBatch) {
+    Acc x[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int idx = threadIdx.x + (b0 + i) * kThreads, r = idx / D, e = idx % D;
+      x[i] = r0 + r < rows && e < E
+                 ? dev::to_acc<Acc>(src[static_cast<int64_t>(r0 + r) * pitch + e]) * mul
+                 : Acc(0);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int idx = threadIdx.x + (b0 + i) * kThreads;
+      dst[idx / D * (D + 1) + idx % D] = x[i];
+    }
   }
 }
 
