@@ -327,7 +327,7 @@ TEST_CASE("cuda scatter_add reads a broadcast index through its strides", "[cuda
     REQUIRE_FALSE(expanded.is_contiguous());
     const Tensor want = scatter_add_op(src, expanded.contiguous(), dim, shape);
     const Tensor cpu = scatter_add_op(src, expanded, dim, shape);
-    require_close(cpu, want, 0, 0, "cpu, broadcast index");
+    require_close(cpu.to(kGpu), want, 0, 0, "cpu, broadcast index");
     const Tensor gindex = perm.to(kGpu).reshape(is).expand(shape);
     const Tensor got = scatter_add_op(src.to(kGpu), gindex, dim, shape);
     require_close(got, want, 0, 0, "cuda, broadcast index");
