@@ -218,8 +218,9 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
     const Tensor split = t.view(bf ? Shape({N, len, H, hd}) : Shape({len, N, H, hd}));
     return bf ? split.permute({0, 2, 1, 3}) : split.permute({1, 2, 0, 3});
   };
+  // Asked of the heads, not of the projections: the kernels' limit is on the head size.
   if (!need_weights && !attn_mask.defined() && !key_padding_mask.defined() &&
-      fused_applies(q, k, v, Tensor(), p, nullptr)) {
+      fused_applies(heads4(q, L), heads4(k, S), heads4(v, S), Tensor(), p, nullptr)) {
     // [N, L, H, hd]: the heads merge back into [N, L, E] as a view.
     const Tensor o = fused(heads4(q, L), heads4(k, S), heads4(v, S), is_causal,
                            1.0 / std::sqrt(static_cast<double>(hd)), /*interleaved=*/true);

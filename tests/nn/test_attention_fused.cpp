@@ -5,7 +5,9 @@
 // the kernels' tiles, causal or not, heads split out of a projection by strides; and a compiled
 // step that goes through the rows against eager.
 #include <cmath>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/gradcheck.h"
@@ -183,6 +185,55 @@ TEST_CASE("MultiheadAttention and encoder layers: the fused rows equal the compo
       CHECK(worst(results[1][i], results[0][i], 1e-11, 1e-9) <= 1);
     }
   }
+}
+
+namespace {
+
+// Ops a forward dispatches, through the (thread-local) trace observer.
+int g_attention_rows = 0, g_copies = 0;
+void count_attention_op(OpId op, std::span<const Tensor>, const Attrs&, const Tensor&, bool) {
+  if (op == OpId::attention) ++g_attention_rows;
+  if (op == OpId::cast) ++g_copies;
+}
+
+// The kernels' limit is on the head size (128): an embedding of 384 in 6 heads of 64 (gpt_base)
+// must reach them with its heads as strided views, not through the composed path's copies.
+void check_mha_takes_fused_rows(Device dev) {
+  manual_seed(66);
+  for (const auto& [E, H] : std::vector<std::pair<int64_t, int64_t>>{{64, 2}, {384, 6}, {260, 2}}) {
+    INFO("embed " << E << ", heads " << H);
+    nn::MultiheadAttention mha(nn::MultiheadAttentionOptions(E, H).batch_first(true));
+    mha->to(dev);
+    const Tensor x = randn({2, 5, E}, dev);
+    g_attention_rows = g_copies = 0;
+    const OpObserver prev = trace_observer();
+    set_trace_observer(&count_attention_op);
+    Tensor out;
+    try {
+      out = std::get<0>(mha->forward(x, x, x, {}, false, {}, true, true));
+    } catch (...) {
+      set_trace_observer(prev);
+      throw;
+    }
+    set_trace_observer(prev);
+    CHECK(g_attention_rows == 1);
+    CHECK(g_copies == 0);
+    CHECK(out.sizes() == Shape({2, 5, E}));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("MultiheadAttention takes the fused rows when its heads fit, whatever its width (CPU)",
+          "[nn][attention]") {
+  F::SdpBackendGuard backend(F::SdpBackend::Fused);
+  check_mha_takes_fused_rows(Device::cpu());
+}
+
+TEST_CASE("MultiheadAttention takes the fused rows when its heads fit, whatever its width (CUDA)",
+          "[nn][attention][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  check_mha_takes_fused_rows(Device::cuda(0));
 }
 
 TEST_CASE("scaled_dot_product_attention on CUDA (fused) equals the CPU composition",
