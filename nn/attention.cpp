@@ -218,15 +218,17 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(
     const Tensor split = t.view(bf ? Shape({N, len, H, hd}) : Shape({len, N, H, hd}));
     return bf ? split.permute({0, 2, 1, 3}) : split.permute({1, 2, 0, 3});
   };
-  // Asked of the heads, not of the projections: the kernels' limit is on the head size.
-  if (!need_weights && !attn_mask.defined() && !key_padding_mask.defined() &&
-      fused_applies(heads4(q, L), heads4(k, S), heads4(v, S), Tensor(), p, nullptr)) {
-    // [N, L, H, hd]: the heads merge back into [N, L, E] as a view.
-    const Tensor o = fused(heads4(q, L), heads4(k, S), heads4(v, S), is_causal,
-                           1.0 / std::sqrt(static_cast<double>(hd)), /*interleaved=*/true);
-    Tensor out = bf ? o.reshape({N, L, E}) : o.transpose(0, 1).reshape({L, N, E});
-    out = out_proj->forward(out);
-    return {unbatched ? out.squeeze(0) : out, Tensor()};
+  if (!need_weights && !attn_mask.defined() && !key_padding_mask.defined()) {
+    // Asked of the heads, not of the projections: the kernels' limit is on the head size.
+    const Tensor qh = heads4(q, L), kh = heads4(k, S), vh = heads4(v, S);
+    if (fused_applies(qh, kh, vh, Tensor(), p, nullptr)) {
+      // [N, L, H, hd]: the heads merge back into [N, L, E] as a view.
+      const Tensor o = fused(qh, kh, vh, is_causal, 1.0 / std::sqrt(static_cast<double>(hd)),
+                             /*interleaved=*/true);
+      Tensor out = bf ? o.reshape({N, L, E}) : o.transpose(0, 1).reshape({L, N, E});
+      out = out_proj->forward(out);
+      return {unbatched ? out.squeeze(0) : out, Tensor()};
+    }
   }
   auto seq_first = [&](const Tensor& t) { return bf ? t.transpose(0, 1) : t; };
   q = seq_first(q);
