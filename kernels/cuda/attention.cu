@@ -1,11 +1,12 @@
-// The fused attention rows on CUDA (core/ops.yaml "fused attention"), flash-attention style:
+// The fused attention rows on CUDA (core/ops.yaml "fused attention") in SIMT arithmetic, for
+// float and double storage (half and bfloat16 take the tensor-core rows, attention_mma.cu),
+// flash-attention style:
 // a block takes a 64-row tile of queries (keys, for attention_backward_kv) against the other
 // side streamed through shared memory in 64-row tiles, so the [L, S] scores never reach memory.
 // The forward keeps a running row maximum and sum (online softmax); the backward rows
 // recompute the probabilities from the row logsumexp. Causal tiles wholly above the diagonal are
-// never loaded. Storage may be float, half or bfloat16 with float arithmetic, or double (head
-// sizes up to 64) with double arithmetic. Scores are
-// kept in base 2 (the queries are scaled by scale * log2(e)) so each exponential is one exp2.
+// never loaded. float storage computes in float, double (head sizes up to 64) in double. Scores
+// are kept in base 2 (the queries are scaled by scale * log2(e)) so each exponential is one exp2.
 //
 // Work split: 128 threads; thread (tr, tc) = (tid / 8, tid % 8) owns rows 4 tr .. 4 tr + 3 of a
 // tile and columns tc + 8 j, so a row's 8 owners are neighbouring lanes (row sums and maxima
@@ -14,11 +15,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/attention_geometry.h"
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_util.h"
@@ -27,11 +27,12 @@
 namespace ember::kernels::cuda {
 namespace {
 
-constexpr int kTile = 64;           // rows per tile, on both sides
-constexpr int kThreads = 128;       // 16 row groups of 4 x 8 column lanes
+using attn::kLn2;
+using attn::kLog2e;
+using attn::kThreads;
+using attn::kTile;
+using attn::Params;
 constexpr int kPitchP = kTile + 2;  // probability tiles: 4 row groups of a warp in distinct banks
-constexpr double kLog2e = 1.4426950408889634;
-constexpr double kLn2 = 0.6931471805599453;
 
 // float64 storage computes in double, everything else in float.
 template <class T>
@@ -45,34 +46,10 @@ __device__ __forceinline__ double max_of(double a, double b) { return fmax(a, b)
 __device__ __forceinline__ float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double fma_of(double a, double b, double c) { return fma(a, b, c); }
 
-struct Operand {
-  const void* p = nullptr;
-  int64_t b1 = 0, b2 = 0, row = 0;
-};
-
-struct Params {
-  Operand q, k, v, go;  // go: the output's gradient (backward rows)
-  void* out = nullptr;
-  const void* lse = nullptr;  // float, or double for float64 storage
-  const void* delta = nullptr;
-  int64_t batch2 = 1;
-  int L = 0, S = 0, E = 0;
-  int tiles = 1;      // tiles per batch entry on the block's own side
-  double scale = 1;   // the attention's scale
-  double scale2 = 1;  // scale * log2(e)
-  bool causal = false;
-  bool interleaved = false;  // results [B1, rows, B2, E] (kernels/attention_geometry.h)
-};
-
-// The index of result row r of batch entry b among `rows` per entry.
-__device__ __forceinline__ int64_t result_row(const Params& p, int64_t b, int r, int rows) {
-  return p.interleaved ? ((b / p.batch2) * rows + r) * p.batch2 + b % p.batch2 : b * rows + r;
-}
-
-template <class T>
-__device__ __forceinline__ const T* batch_rows(const Operand& o, int64_t b, int64_t batch2) {
-  return static_cast<const T*>(o.p) + (b / batch2) * o.b1 + (b % batch2) * o.b2;
-}
+using attn::batch_rows;
+using attn::result_row;
+using attn::tile_of;
+using attn::TileOf;
 
 // Rows [r0, r0 + kTile) of an operand into a [kTile][D + 1] Acc tile, times `mul`; zeros past
 // `rows` and past the head size E. A thread's elements are loaded in batches of 8 into
@@ -155,18 +132,6 @@ __device__ __forceinline__ Acc row_sum(Acc x) {
 #pragma unroll
   for (int m = 1; m < 8; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
-}
-
-// Which tile of which batch entry a block takes; for causal work the long tiles (late query
-// tiles, early key tiles) are handed out first.
-struct TileOf {
-  int64_t b;
-  int t;
-};
-__device__ __forceinline__ TileOf tile_of(const Params& p, bool late_first) {
-  const int64_t b = blockIdx.x / p.tiles;
-  const int r = static_cast<int>(blockIdx.x % p.tiles);
-  return {b, late_first ? p.tiles - 1 - r : r};
 }
 
 // attention (kLseOnly false: writes the output) and attention_lse (kLseOnly: writes the row
@@ -410,65 +375,23 @@ constexpr int smem_floats(OpId op) {
   }
 }
 
-// Kernels above 48 KB of shared memory must say so, once per kernel and device.
-template <auto Kernel>
-void launch(const Params& p, int64_t blocks, size_t smem, int dev) {
-  static std::atomic<uint64_t> allowed{0};
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(allowed.load(std::memory_order_acquire) & bit)) {
-    EMBER_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
-    allowed.fetch_or(bit, std::memory_order_acq_rel);
-  }
-  Kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream(dev)>>>(p);
-}
-
-Operand operand(const Tensor& t) {
-  const AttentionOperand o = attention_operand(t);
-  return {t.raw_data(), o.b1, o.b2, o.row};
-}
-
 template <class T, int D>
 void run(const KernelCall& call, int dev) {
-  const bool backward =
-      call.op == OpId::attention_backward_query || call.op == OpId::attention_backward_kv;
-  const std::span<const Tensor> in = call.inputs;
-  const int o = backward ? 1 : 0;
-  const AttentionGeometry g = attention_geometry(in[o], in[o + 1], call.attrs);
-  Params p;
-  p.q = operand(in[o]);
-  p.k = operand(in[o + 1]);
-  if (call.op != OpId::attention_lse) p.v = operand(in[o + 2]);
-  if (backward) {
-    p.go = operand(in[0]);
-    p.lse = in[4].raw_data();
-    p.delta = in[5].raw_data();
-  }
-  p.out = call.out.raw_data();
-  p.batch2 = g.batch2;
-  p.L = static_cast<int>(g.L);
-  p.S = static_cast<int>(g.S);
-  p.E = static_cast<int>(g.E);
-  p.scale = g.scale;
-  p.scale2 = g.scale * kLog2e;
-  p.causal = g.causal;
-  p.interleaved = g.interleaved;
-  const int64_t side = call.op == OpId::attention_backward_kv ? g.S : g.L;
-  p.tiles = static_cast<int>((side + kTile - 1) / kTile);
-  const int64_t blocks = g.batches() * p.tiles;
+  int64_t blocks = 0;
+  const Params p = attn::params_of(call, &blocks);
   const size_t smem = sizeof(AccOf<T>) * static_cast<size_t>(smem_floats<D>(call.op));
   switch (call.op) {
     case OpId::attention:
-      launch<attention_forward<T, D, false>>(p, blocks, smem, dev);
+      attn::launch<attention_forward<T, D, false>>(p, blocks, smem, dev);
       break;
     case OpId::attention_lse:
-      launch<attention_forward<T, D, true>>(p, blocks, smem, dev);
+      attn::launch<attention_forward<T, D, true>>(p, blocks, smem, dev);
       break;
     case OpId::attention_backward_query:
-      launch<attention_backward_query<T, D>>(p, blocks, smem, dev);
+      attn::launch<attention_backward_query<T, D>>(p, blocks, smem, dev);
       break;
     default:
-      launch<attention_backward_kv<T, D>>(p, blocks, smem, dev);
+      attn::launch<attention_backward_kv<T, D>>(p, blocks, smem, dev);
       break;
   }
   check_launch(op_name(call.op).data());
@@ -478,8 +401,7 @@ void run(const KernelCall& call, int dev) {
 
 void attention(const KernelCall& call) {
   const std::string_view name = op_name(call.op);
-  const bool backward =
-      call.op == OpId::attention_backward_query || call.op == OpId::attention_backward_kv;
+  const bool backward = attn::is_backward(call.op);
   const Tensor& q = call.inputs[backward ? 1 : 0];
   const Tensor& k = call.inputs[backward ? 2 : 1];
   const int64_t E = q.size(-1);
@@ -493,7 +415,10 @@ void attention(const KernelCall& call) {
   const int dev = call.out.device().index;
   visit_float_dtype(q.dtype(), name.data(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (E <= 32) {
+    if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+      static_assert(attn::kMmaMaxHead >= 128);
+      attn::attention_mma(call);
+    } else if (E <= 32) {
       run<T, 32>(call, dev);
     } else if constexpr (std::is_same_v<T, double>) {
       run<T, 64>(call, dev);
