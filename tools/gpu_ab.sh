@@ -5,7 +5,7 @@
 #   git archive <commit> | (rm -rf .device/base && mkdir -p .device/base && tar -x -C .device/base)
 # then, on the GPU machine with .device carried:
 #   bash tools/gpu_ab.sh
-#   ROWS="mlp:64 gpt_small:32" ROUNDS=2 MODE=reduce-overhead SKIP_TESTS=1 TORCH=1 bash tools/gpu_ab.sh
+#   ROWS="mlp:64 gpt_small:32 gpt_base:16:bf16" ROUNDS=2 MODE=reduce-overhead SKIP_TESTS=1 TORCH=1 bash tools/gpu_ab.sh
 # The cuda tests run on the working tree's build unless SKIP_TESTS is set; TORCH=1 adds PyTorch's
 # one-graph step for each row. Lines are ember_bench's table rows, prefixed "after" / "before".
 set -uo pipefail
@@ -28,15 +28,16 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   grep -E "tests passed|tests failed|\(Failed\)|Timeout|SEGFAULT" "$out/ctest.txt" | head -20
 fi
 R="run --no-first-step --no-kernel-count --repeats 5 --steps 20 --modes ${MODE:-reduce-overhead}"
-for row in ${ROWS:-mlp:64 gpt_small:32}; do
-  w=${row%%:*}; b=${row##*:}
+for row in ${ROWS:-mlp:64 gpt_small:32}; do  # workload:batch or workload:batch:amp
+  w=${row%%:*}; rest=${row#*:}; b=${rest%%:*}; amp=none
+  [ "$rest" != "$b" ] && amp=${rest#*:}
   for i in $(seq "${ROUNDS:-2}"); do
     for side in after before; do
       [ $side = after ] && E=$N || E=$A
-      echo "$side $(timeout 120 $E/bench/ember_bench $R --workloads "$w" --batches "$b" 2>&1 | tail -1)"
+      echo "$side $(timeout 120 $E/bench/ember_bench $R --amp "$amp" --workloads "$w" --batches "$b" 2>&1 | tail -1)"
     done
   done
   [ -n "${TORCH:-}" ] && timeout 120 python3 bench/torch_mlp.py --no-first-step --no-kernel-count \
-    --repeats 5 --steps 20 --modes cuda-graph --workloads "$w" --batches "$b" 2>&1 | tail -1
+    --repeats 5 --steps 20 --modes cuda-graph --amp "$amp" --workloads "$w" --batches "$b" 2>&1 | tail -1
 done
 echo "== done at ${SECONDS}s"
