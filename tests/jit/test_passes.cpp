@@ -471,14 +471,14 @@ TEST_CASE(
   Attrs mean;
   mean.reduction = LossReduction::Mean;
   const ValueId dx = g.append(OpId::cross_entropy_backward, {seed, logits, target}, mean);
-  // Stay on the device: one read through a view, one read by an op that keeps its device
-  // (a sum's result would move to the host), one returned.
+  // Stay on the device: one read through a view, one read by an op whose result would move to
+  // the host with it (its only other input is itself), one returned.
   const ValueId viewed = g.add_constant(full({}, 3.0, dev));
   Attrs to4;
   to4.shape = Shape{4};
   const ValueId e = g.append(OpId::add, {x, g.append(OpId::expand, {viewed}, to4)});
   const ValueId summed = g.add_constant(full({}, 4.0, dev));
-  const ValueId s = g.append(OpId::sum, {summed});
+  const ValueId s = g.append(OpId::mul, {summed, summed});
   const ValueId returned = g.add_constant(full({}, 5.0, dev));
   const ValueId r = g.append(OpId::mul, {x, returned});
   g.outputs = {y, dx, e, s, r, returned};
