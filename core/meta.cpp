@@ -422,8 +422,12 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
       if (op == OpId::cross_entropy_backward) {
         EMBER_CHECK(in.size() == 3, "cross_entropy_backward: expected grad, logits and target");
         const OutputMeta fwd = infer_meta(OpId::cross_entropy, in.subspan(1), a);
+        // A reduced loss's gradient may be a 0-dim host tensor (read by value, like a
+        // pointwise op's host scalar): a compiled step's constant seed then needs no device
+        // memory.
+        const bool host_scalar = a.reduction != LossReduction::None && is_host_scalar(in[0]);
         EMBER_CHECK(in[0].dtype() == in[1].dtype() && in[0].sizes() == fwd.shape &&
-                        in[0].device() == in[1].device(),
+                        (in[0].device() == in[1].device() || host_scalar),
                     "cross_entropy_backward: grad must be ", dtype_name(in[1].dtype()), " ",
                     fwd.shape, " on ", in[1].device().str(), ", got ", dtype_name(in[0].dtype()),
                     " ", in[0].sizes(), " on ", in[0].device().str());
@@ -615,9 +619,8 @@ OutputMeta infer_meta(OpId op, std::span<const Tensor> in, const Attrs& a) {
                   ": norm_type must be >= 1 or inf, got ", a.norm_type);
       bool wide = false;
       for (size_t i = 0; i < in.size(); ++i) {
-        EMBER_CHECK(is_floating(in[i].dtype()), op_name(op), ": tensor ", i, " (",
-                    in[i].sizes(), ") has dtype ", dtype_name(in[i].dtype()),
-                    "; expected a floating dtype");
+        EMBER_CHECK(is_floating(in[i].dtype()), op_name(op), ": tensor ", i, " (", in[i].sizes(),
+                    ") has dtype ", dtype_name(in[i].dtype()), "; expected a floating dtype");
         wide |= in[i].dtype() == kFloat64;
       }
       return {Shape{static_cast<int64_t>(in.size())}, wide ? kFloat64 : kFloat32, dev};

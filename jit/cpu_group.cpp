@@ -33,6 +33,7 @@ std::optional<Group> cpu_chunked_group(const Graph& g, const Group& group) {
       if (group.nodes.size() > 1) return sub_group(g, group, 1);
       return std::nullopt;
     case GroupKind::CrossEntropy:
+    case GroupKind::Casts:
       return std::nullopt;
   }
   return std::nullopt;

@@ -60,6 +60,8 @@ const char* group_kind_name(GroupKind k) {
       return "gemm_epilogue";
     case GroupKind::CrossEntropy:
       return "cross_entropy";
+    case GroupKind::Casts:
+      return "casts";
   }
   return "?";
 }

@@ -59,6 +59,7 @@ enum class GroupKind : uint8_t {
   Reduction,     // pointwise producers feeding one reduction (e.g. a bias gradient)
   GemmEpilogue,  // a matmul followed by a pointwise tail (and at most one closing reduction)
   CrossEntropy,  // the softmax-cross-entropy forward and its backward over the same logits
+  Casts,         // independent dtype casts of dense tensors (any shapes): one multi-tensor launch
 };
 const char* group_kind_name(GroupKind k);
 

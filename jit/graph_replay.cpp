@@ -328,6 +328,9 @@ void GraphReplay::replay(Bound& bg, std::span<const Tensor> args, std::vector<Te
     if (g_.values[r].kind == ValueKind::Constant) t = t.clone();
     outputs.push_back(std::move(t));
   }
+  // The returned tensors own their copies now: held here until the next replay, each would
+  // stay alive beside the next call's (a second loss on the device between steps).
+  for (StoragePtr& c : copies) c.reset();
 }
 
 }  // namespace ember::jit

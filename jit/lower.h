@@ -128,6 +128,12 @@ int64_t gemm_lowering_workspace(const Graph& g, const Group& group);
 std::unique_ptr<LoweredGroup> lower_gemm_cuda(const LoweringContext& ctx);
 std::optional<GroupStorage> cross_entropy_lowering_storage(const Graph& g, const Group& group);
 std::unique_ptr<LoweredGroup> lower_cross_entropy_cuda(const LoweringContext& ctx);
+// A Casts group (independent dtype casts of dense tensors) runs as one multi-tensor launch
+// (jit/lower_casts_cuda.cpp, kernels/cuda/multi_cast.h): storage None (every member's result is
+// a group output, written where the plan put it).
+bool casts_group_lowerable(const Graph& g, const Group& group, std::string* why = nullptr);
+std::optional<GroupStorage> casts_lowering_storage(const Graph& g, const Group& group);
+std::unique_ptr<LoweredGroup> lower_casts_cuda(const LoweringContext& ctx);
 // The host-side analysis behind them, in every build (for fusion, tests and explain): the
 // epilogue a GemmEpilogue group's GEMM call uses ("NONE", "BIAS", "RELU_BIAS"), or nullopt with
 // the reason in `why`; whether a CrossEntropy group fits the fused kernel.

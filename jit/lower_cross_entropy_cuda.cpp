@@ -3,6 +3,7 @@
 // exactly what the eager pair computes. The analysis is host code compiled in every build.
 #include <initializer_list>
 #include <string_view>
+#include <type_traits>
 
 #include "jit/log.h"
 #include "jit/lower.h"
@@ -45,9 +46,12 @@ bool match_ce(const Graph& g, const Group& grp, CeMatch& out, std::string* why) 
   if (!is_floating(x.dtype) || gr.dtype != x.dtype || l.dtype != x.dtype || dx.dtype != x.dtype ||
       t.dtype != kInt64)
     return fail(why, "dtypes do not fit");
-  for (const Value* v : {&x, &t, &gr, &l, &dx})
-    if (!v->device.is_cuda() || v->device != x.device) return fail(why, "not all on one GPU");
   const bool reduced = f.attrs.reduction != LossReduction::None;
+  // A reduced loss's gradient may be a 0-dim host tensor: the kernel takes it by value.
+  const bool host_grad = reduced && gr.device.is_cpu() && gr.shape.empty();
+  for (const Value* v : {&x, &t, &gr, &l, &dx})
+    if ((v != &gr || !host_grad) && (!v->device.is_cuda() || v->device != x.device))
+      return fail(why, "not all on one GPU");
   if (x.shape.size() != 2 || t.shape != Shape{x.shape[0]} ||
       (reduced ? l.shape != Shape{} || gr.shape != Shape{} : l.shape != t.shape) ||
       dx.shape != x.shape || (gr.shape.size() != 0 && gr.shape != t.shape))
@@ -78,6 +82,7 @@ class LoweredCrossEntropy final : public LoweredGroup {
     n_ = x.shape[0];
     c_ = x.shape[1];
     grad_stride_ = gr.shape.size() == 0 ? 0 : gr.strides[0];
+    host_grad_ = gr.device.is_cpu();
     const char* red = m.attrs.reduction == LossReduction::Mean  ? " (mean)"
                       : m.attrs.reduction == LossReduction::Sum ? " (sum)"
                                                                 : "";
@@ -92,7 +97,19 @@ class LoweredCrossEntropy final : public LoweredGroup {
     c.dtype = dtype_;
     c.logits = s[m_.logits]->data();
     c.target = reinterpret_cast<const int64_t*>(s[m_.target]->data());
-    c.grad = s[m_.grad]->data();
+    if (host_grad_) {  // its current value, like the pointwise kernels' inline scalars
+      const void* p = s[m_.grad]->data();
+      c.grad_value = visit_dtype(dtype_, [&](auto tag) {
+        using H = typename decltype(tag)::type;
+        const H v = *static_cast<const H*>(p);
+        if constexpr (std::is_same_v<H, double>)
+          return v;
+        else
+          return static_cast<double>(static_cast<float>(v));
+      });
+    } else {
+      c.grad = s[m_.grad]->data();
+    }
     c.grad_stride = grad_stride_;
     c.loss = s[m_.loss]->data();
     c.dlogits = s[m_.dlogits]->data();
@@ -117,6 +134,7 @@ class LoweredCrossEntropy final : public LoweredGroup {
   int device_ = 0;
   DType dtype_ = kFloat32;
   int64_t n_ = 0, c_ = 0, grad_stride_ = 0;
+  bool host_grad_ = false;
   std::string what_;
 };
 #endif  // EMBER_WITH_CUDA

@@ -50,6 +50,9 @@ bool lowering_accepts(const Graph& g, const Group& group, std::vector<ValueId>* 
       case GroupKind::CrossEntropy:
         if (why) *why = "no fused cross-entropy kernel on the CPU";
         return false;
+      case GroupKind::Casts:
+        if (why) *why = "casts on the CPU run one by one (nothing to gain from one launch)";
+        return false;
     }
     return false;
   }
@@ -62,6 +65,8 @@ bool lowering_accepts(const Graph& g, const Group& group, std::vector<ValueId>* 
       return contraction_group_lowerable(g, group, stored, why);
     case GroupKind::CrossEntropy:
       return cross_entropy_group_fusable(g, group, why);
+    case GroupKind::Casts:
+      return casts_group_lowerable(g, group, why);
   }
   return false;
 }
@@ -74,6 +79,8 @@ std::optional<GroupStorage> cuda_lowering_storage(const Graph& g, const Group& g
       return gemm_lowering_storage(g, group);
     case GroupKind::CrossEntropy:
       return cross_entropy_lowering_storage(g, group);
+    case GroupKind::Casts:
+      return casts_lowering_storage(g, group);
     case GroupKind::Reduction:
       return reduction_lowering_storage(g, group);
   }
@@ -88,6 +95,7 @@ int64_t cuda_lowering_workspace(const Graph& g, const Group& group) {
       return reduction_lowering_workspace(g, group);
     case GroupKind::Pointwise:
     case GroupKind::CrossEntropy:
+    case GroupKind::Casts:
       return 0;
   }
   return 0;
@@ -101,6 +109,8 @@ std::unique_ptr<LoweredGroup> lower_cuda_group(const LoweringContext& ctx) {
       return lower_gemm_cuda(ctx);
     case GroupKind::CrossEntropy:
       return lower_cross_entropy_cuda(ctx);
+    case GroupKind::Casts:
+      return lower_casts_cuda(ctx);
     case GroupKind::Reduction:
       return lower_reduction_cuda(ctx);
   }
@@ -119,6 +129,7 @@ std::optional<GeneratedSource> generated_source(const Graph& g, const Group& gro
       if (std::optional<Group> tail = gemm_tail_group(g, group)) return generated_source(g, *tail);
       return std::nullopt;
     case GroupKind::CrossEntropy:
+    case GroupKind::Casts:
       return std::nullopt;  // a handwritten kernel
   }
   return std::nullopt;
@@ -153,14 +164,13 @@ void precompile_cuda_lowerings(const Graph& g, const std::vector<int32_t>& group
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const rtc::PrecompileStats after = rtc::precompile_stats();
-    log(Log::perf, "precompiled " + std::to_string(after.compiled - before.compiled) + " (" +
-                       std::to_string(after.in_workers - before.in_workers) +
-                       " in worker processes; read " +
-                       std::to_string(after.from_store - before.from_store) +
-                       " from the disk cache) of " + std::to_string(sources.size()) +
-                       " generated kernels, up to " +
-                       std::to_string(rtc::default_compile_threads()) + " at once, in " +
-                       std::to_string(ms) + " ms");
+    log(Log::perf,
+        "precompiled " + std::to_string(after.compiled - before.compiled) + " (" +
+            std::to_string(after.in_workers - before.in_workers) + " in worker processes; read " +
+            std::to_string(after.from_store - before.from_store) + " from the disk cache) of " +
+            std::to_string(sources.size()) + " generated kernels, up to " +
+            std::to_string(rtc::default_compile_threads()) + " at once, in " + std::to_string(ms) +
+            " ms");
   }
 #else
   (void)g;

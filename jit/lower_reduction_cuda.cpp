@@ -2,8 +2,8 @@
 // compiled with NVRTC (or taken from the kernel caches) when the executor builds the lowering,
 // then launched once per replay with the slots' current addresses. A split reduction's partial
 // states go in the workspace the memory plan placed for the group (cuda_lowering_workspace);
-// its tickets, one per tile, are allocated here once. run() only fills the argument block and
-// launches, so it can be captured.
+// its tickets, one per tile, come from the device's ticket pool (kernels/cuda/tickets.h) once.
+// run() only fills the argument block and launches, so it can be captured.
 #include <atomic>
 
 #include "jit/lower.h"
@@ -12,6 +12,7 @@
 #if defined(EMBER_WITH_CUDA)
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -19,6 +20,7 @@
 #include "jit/disk_store.h"
 #include "jit/log.h"
 #include "kernels/cuda/nvrtc.h"
+#include "kernels/cuda/tickets.h"
 #endif
 
 namespace ember::jit {
@@ -76,8 +78,8 @@ class ReductionLowering final : public LoweredGroup {
     }
     words_.assign(static_cast<size_t>(kernel_.words), 0);
     // Scratch: the partial states live in the workspace the memory plan gave the group (bytes
-    // dead while it runs) or, built without one, in memory of its own; the tickets are its own,
-    // zeroed here once, on Ember's stream, before any launch (the kernel leaves them at zero).
+    // dead while it runs) or, built without one, in memory of its own; the tickets are a range of
+    // the device's pool, zero before the first launch (the kernel leaves them at zero).
     const Device d = Device::cuda(dev_);
     if (kernel_.partial_bytes > 0) {
       if (ctx.workspace.storage && ctx.workspace.bytes >= kernel_.partial_bytes) {
@@ -86,8 +88,8 @@ class ReductionLowering final : public LoweredGroup {
         partial_ = empty({(kernel_.partial_bytes + 7) / 8}, TensorOptions(kInt64).device(d));
         words_[kernel_.partial_word] = reinterpret_cast<uintptr_t>(partial_.raw_data());
       }
-      tickets_ = zeros({kernel_.ticket_count}, TensorOptions(kInt32).device(d));
-      words_[kernel_.ticket_word] = reinterpret_cast<uintptr_t>(tickets_.raw_data());
+      tickets_ = Tickets(dev_, kernel_.ticket_count);
+      words_[kernel_.ticket_word] = reinterpret_cast<uintptr_t>(tickets_.ptr);
     }
   }
 
@@ -128,7 +130,24 @@ class ReductionLowering final : public LoweredGroup {
   std::vector<Bound> pointers_, scalars_;
   std::vector<uint64_t> words_;  // pointers, scalar bits, partials, tickets
   GroupWorkspace workspace_;     // where the partials go, when the plan gave the group one
-  Tensor partial_, tickets_;
+  Tensor partial_;
+  // The tickets' range of the device's pool (kernels/cuda/tickets.h), returned when the lowering
+  // goes.
+  struct Tickets {
+    int dev = 0;
+    unsigned* ptr = nullptr;
+    int64_t count = 0;
+    Tickets() = default;
+    Tickets(int d, int64_t n) : dev(d), ptr(kernels::cuda::acquire_tickets(d, n)), count(n) {}
+    Tickets(const Tickets&) = delete;
+    Tickets& operator=(Tickets&& o) noexcept {
+      std::swap(dev, o.dev);
+      std::swap(ptr, o.ptr);
+      std::swap(count, o.count);
+      return *this;
+    }
+    ~Tickets() { kernels::cuda::release_tickets(dev, ptr, count); }
+  } tickets_;
 };
 
 #endif

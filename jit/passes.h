@@ -23,6 +23,12 @@ void eliminate_common_subexpressions(Graph& g);
 // or arithmetic on wrapped numbers.
 void fold_constants(Graph& g);
 
+// A 0-dim device constant whose every reader takes a 0-dim host tensor in its place with the
+// same result (pointwise ops, a reduced loss's gradient: core's meta functions say) becomes a
+// host constant, read by value: an executable holds no device block for a folded seed or
+// scalar, where eager makes and frees one during the step. Leaves the device constant unread.
+void host_scalar_constants(Graph& g);
+
 // Lets go of the memory of constants nothing reads any more (what folding consumed: a folded
 // chain's inputs and intermediates, a wrapped number folded into a cast). Their values keep
 // their metadata; an executable would otherwise hold them for its whole life.

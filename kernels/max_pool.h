@@ -24,10 +24,49 @@ struct PoolGeometry {
   }
 };
 
+// Windows of up to kHeldWindow x kHeldWindow elements load every element first and then compare:
+// the loads are in flight together (a GPU thread waits for memory once per window, not once per
+// element; the loop below cannot issue a load before the previous iteration's branch resolves).
+inline constexpr int kHeldWindow = 3;
+
 // The flat index (y * w + x) of output (oy, ox)'s winner in its plane, or -1 (an all-padding
 // window, which the shape checks rule out).
 template <class C, class T, class I>
 EMBER_HD I window_argmax(const T* plane, const PoolGeometry<I>& g, I oy, I ox) {
+  if (g.kh <= kHeldWindow && g.kw <= kHeldWindow) {
+    constexpr int K = kHeldWindow;
+    C v[K * K];
+    I at[K * K];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < K; ++i) {
+      const I y = oy * g.sh - g.ph + i * g.dh;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < K; ++j) {
+        const I x = ox * g.sw - g.pw + j * g.dw;
+        const bool inside = i < g.kh && j < g.kw && y >= 0 && y < g.h && x >= 0 && x < g.w;
+        at[i * K + j] = inside ? y * g.w + x : I(-1);
+        v[i * K + j] = inside ? static_cast<C>(plane[y * g.w + x]) : C(0);
+      }
+    }
+    // The same order and rule as the loop below: row-major, first maximum, a NaN winning.
+    I best = -1;
+    C bv = C(0);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int e = 0; e < K * K; ++e) {
+      if (at[e] < 0) continue;
+      if (best < 0 || v[e] > bv || (v[e] != v[e] && bv == bv)) {
+        best = at[e];
+        bv = v[e];
+      }
+    }
+    return best;
+  }
   I best = -1;
   C bv = C(0);
   for (I i = 0; i < g.kh; ++i) {

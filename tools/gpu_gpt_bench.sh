@@ -5,7 +5,7 @@
 #   bash tools/gpu_gpt_bench.sh
 #   TESTS=attention bash tools/gpu_gpt_bench.sh     only the ctest cases matching "attention|jit"
 #   SKIP_TORCH=1 SKIP_AMP=1 bash tools/gpu_gpt_bench.sh
-#   PERF_LOG=gpt_small:32 SKIP_BENCH=1 SKIP_TESTS=1 ...   device time of every step of one replay
+#   PERF_LOG=gpt_small:32,mlp:8192:bf16 SKIP_BENCH=1 SKIP_TESTS=1 ...   device time of every step of one replay
 #   FIRST_STEP=1   the first compiled step with an empty cache, and its perf/cache log in $OUT
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -35,9 +35,12 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   grep -E "tests passed|tests failed|\(Failed\)|Timeout|SEGFAULT" "$out/ctest.txt" | head -20
 fi
 if [ -n "${PERF_LOG:-}" ]; then
-  for wb in ${PERF_LOG//,/ }; do
+  for row in ${PERF_LOG//,/ }; do  # workload:batch or workload:batch:amp
+    w=${row%%:*}; rest=${row#*:}; b=${rest%%:*}; amp=none
+    [ "$rest" != "$b" ] && amp=${rest#*:}
+    echo "##### $row" >>"$out/perf.txt"
     EMBER_LOGS=perf timeout 90 $B/bench/ember_bench run --no-first-step --no-kernel-count \
-      --repeats 1 --steps 2 --modes default --workloads "${wb%%:*}" --batches "${wb##*:}" \
+      --repeats 1 --steps 2 --modes default --amp "$amp" --workloads "$w" --batches "$b" \
       >>"$out/perf.txt" 2>&1
   done
 fi

@@ -121,6 +121,69 @@ void fold_constants(Graph& g) {
   if (any) g.erase_nodes(dead);
 }
 
+void host_scalar_constants(Graph& g) {
+  std::vector<ValueId> w;
+  std::vector<char> written(g.values.size(), 0);
+  for (const Node& n : g.nodes) {
+    g.writes(n, w);
+    for (ValueId r : w) written[r] = 1;
+  }
+  std::vector<Tensor> args;
+  const size_t count = g.values.size();  // constants added here need no second look
+  for (size_t i = 0; i < count; ++i) {
+    const ValueId v = static_cast<ValueId>(i);
+    const Value& c = g.values[v];
+    if (c.kind != ValueKind::Constant || c.root != v || !c.shape.empty() || c.device.is_cpu() ||
+        written[v] || g.is_external_root(v))
+      continue;
+    const Tensor& held = g.constants[c.slot];
+    if (!held.defined() || !held.impl()->storage) continue;
+    auto meta = std::make_shared<TensorImpl>();  // the host copy's metadata, no storage
+    meta->dtype = c.dtype;
+    meta->device = Device::cpu();
+    const Tensor host_meta(std::move(meta));
+    // Every reader must read the value itself (a view of it would stay on the device) and
+    // accept a host scalar there, with the same result: core's meta functions decide.
+    bool ok = true, read = false;
+    for (size_t k = 0; ok && k < g.nodes.size(); ++k) {
+      const Node& n = g.nodes[k];
+      bool reads = false;
+      for (ValueId in : n.inputs) {
+        if (g.values[in].root != v) continue;
+        reads = true;
+        ok = ok && in == v;
+      }
+      if (!reads || !ok) continue;
+      read = true;
+      if (n.inplace || n.out == kNoValue) {
+        ok = false;
+        break;
+      }
+      args.clear();
+      for (ValueId in : n.inputs) args.push_back(in == v ? host_meta : g.meta_tensor(in));
+      const Value& out = g.values[n.out];
+      try {
+        const OutputMeta m = infer_meta(n.op, args, n.attrs);
+        ok = m.shape == out.shape && m.dtype == out.dtype && m.device == out.device;
+      } catch (const Error&) {
+        ok = false;
+      }
+    }
+    for (ValueId o : g.outputs) ok = ok && g.values[o].root != v;
+    for (const GradEffect& e : g.grad_effects)
+      ok = ok && (e.value == kNoValue || g.values[e.value].root != v);
+    if (!ok || !read) continue;
+    Tensor copy;
+    {
+      QuietScope quiet;
+      copy = held.to(Device::cpu());
+    }
+    copy.impl()->wrapped_number = false;
+    const ValueId h = g.add_constant(copy);
+    g.replace_uses(v, h);
+  }
+}
+
 void release_unused_constants(Graph& g) {
   std::vector<char> read(g.values.size(), 0);
   auto mark = [&](ValueId v) {

@@ -9,8 +9,8 @@
 // reduction its closing reduction, anything else dissolves: its members run as themselves.
 //
 // Patterns the growth alone would not find (the cross-entropy pair, lone column sums, pointwise
-// siblings of a reduction, small-K products inside reductions) are rewrite rules, in
-// jit/passes/fusion_rules.cpp.
+// siblings of a reduction, small-K products inside reductions, independent casts) are rewrite
+// rules, in jit/passes/fusion_rules.cpp.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -51,6 +51,7 @@ void Fuser::run() {
   g_.groups.clear();
   for (Node& n : g_.nodes) n.group = -1;
   sink_loss_consumers();
+  hoist_casts_of_leaves();
   const size_t nn = g_.nodes.size();
   writes_.assign(nn, {});
   for (size_t i = 0; i < nn; ++i) g_.writes(g_.nodes[i], writes_[i]);
@@ -80,6 +81,7 @@ void Fuser::run() {
   }
   merge_reduction_siblings();
   absorb_small_k_products();
+  gather_casts();
   finish();
 }
 

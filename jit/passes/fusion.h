@@ -61,6 +61,11 @@ class Fuser {
   // Small-K products computed inside the reduction kernel that reads them.
   void absorb_small_k_products();
   bool product_inside_reduction(int32_t ci, Group& out);
+  // Casts of state, inputs and constants on a GPU moved up to the first of them, so that the
+  // casts a step makes of its weights (autocast) sit together; then casts no group took, run
+  // as one multi-tensor launch per legal cluster (GroupKind::Casts).
+  void hoist_casts_of_leaves();
+  void gather_casts();
 
   Graph& g_;
   std::vector<std::vector<ValueId>> writes_;  // per node: the roots it writes

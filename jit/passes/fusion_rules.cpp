@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "jit/lower.h"
+#include "jit/lower_util.h"
 #include "jit/passes/fusion.h"
 #include "jit/reduction_codegen.h"
 
@@ -232,6 +233,83 @@ void Fuser::merge_cat_producers(int32_t i) {
   });
   for (int32_t cj : chains)
     if (cj != last && can_merge(last, cj)) merge(last, cj);
+}
+
+}  // namespace ember::jit::fusion
+
+namespace ember::jit::fusion {
+namespace {
+
+// A cast the multi-tensor kernel can run: dense floating tensors on a GPU.
+bool is_gpu_cast(const Graph& g, const Node& n) {
+  if (n.op != OpId::cast || n.inplace || n.out == kNoValue || n.inputs.size() != 1) return false;
+  const Value &in = g.values[n.inputs[0]], &out = g.values[n.out];
+  return out.device.is_cuda() && in.device == out.device && is_floating(in.dtype) &&
+         is_floating(out.dtype) && lower_util::dense(in) && lower_util::dense(out);
+}
+
+}  // namespace
+
+// A cast reading a leaf (state, an input, a constant) moves up to just after the first such
+// cast when nothing between writes the leaf: an autocast step casts each weight where a layer
+// first uses it, so its casts lie between the layers' work and no group could run them together
+// (a group runs at its last member, after the first layer has already read its cast). The casts
+// are pure, so the move changes nothing else.
+void Fuser::hoist_casts_of_leaves() {
+  std::vector<int32_t> casts;
+  for (size_t k = 0; k < g_.nodes.size(); ++k) {
+    const Node& n = g_.nodes[k];
+    if (is_gpu_cast(g_, n) && g_.values[g_.values[n.inputs[0]].root].kind != ValueKind::Node)
+      casts.push_back(static_cast<int32_t>(k));
+  }
+  if (casts.size() < 2) return;
+  std::vector<ValueId> w;
+  std::vector<int32_t> hoisted{casts[0]};
+  for (size_t c = 1; c < casts.size(); ++c) {
+    const ValueId leaf = g_.values[g_.nodes[casts[c]].inputs[0]].root;
+    bool written = false;
+    for (int32_t k = casts[0] + 1; k < casts[c] && !written; ++k) {
+      g_.writes(g_.nodes[k], w);
+      written = contains(w, leaf);
+    }
+    if (!written) hoisted.push_back(casts[c]);
+  }
+  if (hoisted.size() < 2) return;
+  std::vector<Node> order;
+  order.reserve(g_.nodes.size());
+  for (int32_t k = 0; k <= casts[0]; ++k) order.push_back(std::move(g_.nodes[k]));
+  for (size_t c = 1; c < hoisted.size(); ++c) order.push_back(std::move(g_.nodes[hoisted[c]]));
+  for (size_t k = casts[0] + 1; k < g_.nodes.size(); ++k)
+    if (!contains(hoisted, static_cast<int32_t>(k))) order.push_back(std::move(g_.nodes[k]));
+  g_.nodes = std::move(order);
+  g_.reindex();
+}
+
+// Casts on a GPU that no group took (alone in their candidate) join a Casts candidate: the first
+// open one on their device they may join (can_add: moving the earlier members to this cast's
+// position changes nothing), else a new one. The lowering is asked as for any group; a cluster
+// of one dissolves.
+void Fuser::gather_casts() {
+  std::vector<int32_t> open_casts;
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    const auto k = static_cast<int32_t>(i);
+    if (!is_gpu_cast(g_, g_.nodes[k])) continue;
+    if (member_[k] >= 0) {
+      Candidate& own = cands_[member_[k]];
+      if (own.kind != GroupKind::Pointwise || own.nodes.size() != 1) continue;
+      own.nodes.clear();  // a pointwise group of one cast: dissolved anyway
+      member_[k] = -1;
+    }
+    const Device dev = g_.values[g_.nodes[k].out].device;
+    bool placed = false;
+    for (int32_t ci : open_casts)
+      if (cands_[ci].device == dev && can_add(ci, k)) {
+        add(ci, k);
+        placed = true;
+        break;
+      }
+    if (!placed) open_casts.push_back(open(GroupKind::Casts, k));
+  }
 }
 
 }  // namespace ember::jit::fusion

@@ -261,6 +261,7 @@ std::vector<GroupStorage> default_group_storage(const Graph& g, bool materialize
     switch (g.groups[i].kind) {
       case GroupKind::Pointwise:
       case GroupKind::Reduction:
+      case GroupKind::Casts:
         out[i] = GroupStorage::None;
         break;
       case GroupKind::GemmEpilogue:

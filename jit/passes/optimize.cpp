@@ -44,6 +44,7 @@ std::vector<PassReport> optimize(Graph& g) {
       {"sum_products", sum_products},
       {"canonicalize", canonicalize},
       {"dce", eliminate_dead_code},
+      {"host_scalars", host_scalar_constants},
       {"release_constants", release_unused_constants},
       {"fuse", fuse},
   };

@@ -80,9 +80,11 @@ ReducedShape reduced_shape(int64_t N, int64_t C, int device) {
 }
 
 // The mean- or sum-reduced loss [] and/or the logits' gradient, `grad` the loss's gradient [].
+// `grad` null: the gradient is grad_value.
 void launch_reduced(DType dtype, const void* logits, const int64_t* target, const void* grad,
-                    void* loss, void* dx, int64_t N, int64_t C, int64_t ignore_index,
-                    double smoothing, bool mean, int device, const char* name) {
+                    double grad_value, void* loss, void* dx, int64_t N, int64_t C,
+                    int64_t ignore_index, double smoothing, bool mean, int device,
+                    const char* name) {
   cudaStream_t s = stream(device);
   DeviceErrorFlag* flag = device_error_flag(device);
   const FinishScratch fs = finish_scratch(device);
@@ -102,35 +104,49 @@ void launch_reduced(DType dtype, const void* logits, const int64_t* target, cons
     auto* l = static_cast<T*>(loss);
     auto* d = static_cast<T*>(dx);
     const Acc e = static_cast<Acc>(smoothing);
+    const Acc gv = static_cast<Acc>(grad_value);
     if (shape.rowthread) {
       if (d == nullptr)
         dev::cross_entropy_rowthread_kernel<T, Acc, true, false><<<shape.grid, shape.block, 0, s>>>(
-            x, target, g, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
+            x, target, g, gv, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
             fs.partial_count, fs.ticket, flag);
       else if (l == nullptr)
         dev::cross_entropy_rowthread_kernel<T, Acc, false, true><<<shape.grid, shape.block, 0, s>>>(
-            x, target, g, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
+            x, target, g, gv, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
             fs.partial_count, fs.ticket, flag);
       else
         dev::cross_entropy_rowthread_kernel<T, Acc, true, true><<<shape.grid, shape.block, 0, s>>>(
-            x, target, g, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
+            x, target, g, gv, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
             fs.partial_count, fs.ticket, flag);
       check_launch(name);
       return;
     }
     if (d == nullptr)
       dev::cross_entropy_reduced_kernel<T, Acc, true, false><<<shape.grid, shape.block, 0, s>>>(
-          x, target, g, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
+          x, target, g, gv, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
           fs.partial_count, fs.ticket, flag);
     else if (l == nullptr)
       dev::cross_entropy_reduced_kernel<T, Acc, false, true><<<shape.grid, shape.block, 0, s>>>(
-          x, target, g, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
+          x, target, g, gv, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
           fs.partial_count, fs.ticket, flag);
     else
       dev::cross_entropy_reduced_kernel<T, Acc, true, true><<<shape.grid, shape.block, 0, s>>>(
-          x, target, g, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
+          x, target, g, gv, l, d, N, C, ignore_index, e, mean, count_in, fs.partial_sum,
           fs.partial_count, fs.ticket, flag);
     check_launch(name);
+  });
+}
+
+// The value of a 0-dim host tensor (a reduced loss's gradient given on the host), exact in
+// double for every floating dtype.
+double host_value(const Tensor& t) {
+  return visit_dtype(t.dtype(), [&](auto tag) {
+    using H = typename decltype(tag)::type;
+    const H v = *static_cast<const H*>(t.raw_data());
+    if constexpr (std::is_same_v<H, double>)
+      return v;
+    else
+      return static_cast<double>(static_cast<float>(v));
   });
 }
 
@@ -155,10 +171,14 @@ void cross_entropy(const KernelCall& call) {
     // A reduced loss over no rows is still written (mean: NaN, sum: 0).
     if (backward && N == 0) return;
     const bool mean = red == LossReduction::Mean;
-    launch_reduced(
-        logits.dtype(), logits.raw_data(), t, backward ? call.inputs[0].raw_data() : nullptr,
-        backward ? nullptr : out.raw_data(), backward ? out.raw_data() : nullptr, N, C,
-        call.attrs.ignore_index, call.attrs.label_smoothing, mean, out.device().index, name);
+    // The gradient may be a 0-dim host tensor (infer_meta allows it): passed by value.
+    const bool host_grad = backward && call.inputs[0].device().is_cpu();
+    launch_reduced(logits.dtype(), logits.raw_data(), t,
+                   backward && !host_grad ? call.inputs[0].raw_data() : nullptr,
+                   host_grad ? host_value(call.inputs[0]) : 0.0,
+                   backward ? nullptr : out.raw_data(), backward ? out.raw_data() : nullptr, N, C,
+                   call.attrs.ignore_index, call.attrs.label_smoothing, mean, out.device().index,
+                   name);
     return;
   }
   if (N == 0) return;
@@ -183,17 +203,17 @@ void cross_entropy_fused(const CrossEntropyFusedCall& call) {
     // No rows: nothing to differentiate, but a reduced loss is still written (mean: NaN).
     if (!reduced) return;
     EMBER_CHECK(call.loss, name, ": a reduced loss needs its output");
-    launch_reduced(call.dtype, call.logits, call.target, nullptr, call.loss, nullptr, 0, call.c,
-                   call.ignore_index, call.label_smoothing, call.reduction == LossReduction::Mean,
-                   call.device, name);
+    launch_reduced(call.dtype, call.logits, call.target, nullptr, 0.0, call.loss, nullptr, 0,
+                   call.c, call.ignore_index, call.label_smoothing,
+                   call.reduction == LossReduction::Mean, call.device, name);
     return;
   }
-  EMBER_CHECK(call.logits && call.target && call.grad && call.dlogits, name,
+  EMBER_CHECK(call.logits && call.target && (call.grad || reduced) && call.dlogits, name,
               ": null logits, target, grad or dlogits");
   if (reduced) {
     EMBER_CHECK(call.loss, name, ": a reduced loss needs its output");
-    launch_reduced(call.dtype, call.logits, call.target, call.grad, call.loss, call.dlogits, call.n,
-                   call.c, call.ignore_index, call.label_smoothing,
+    launch_reduced(call.dtype, call.logits, call.target, call.grad, call.grad_value, call.loss,
+                   call.dlogits, call.n, call.c, call.ignore_index, call.label_smoothing,
                    call.reduction == LossReduction::Mean, call.device, name);
     return;
   }

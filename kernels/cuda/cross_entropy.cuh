@@ -89,6 +89,9 @@ __global__ void cross_entropy_rows_kernel(const T* __restrict__ logits,
 //    targets first (count_in null), or, for very long batches, reads the count that
 //    count_targets_kernel stored before it.
 // A target outside [0, C) raises the device error flag and its row adds 0 (and is counted).
+// The loss's gradient is grad[0], or grad_value when grad is null (a 0-dim host tensor, read on
+// the host like the pointwise kernels' inline scalars, so a compiled step keeps no device memory
+// for its constant seed).
 
 // Sum over the block's threads in a fixed order (a halving tree over blockDim.x * blockDim.y
 // threads, a power of two); every thread gets the total. `cell` holds one T per thread.
@@ -156,7 +159,7 @@ __global__ void count_targets_kernel(const int64_t* __restrict__ target, int64_t
 template <class T, class Acc, bool kLoss, bool kGrad>
 __global__ void __launch_bounds__(1024)
     cross_entropy_reduced_kernel(const T* __restrict__ logits, const int64_t* __restrict__ target,
-                                 const T* __restrict__ grad, T* __restrict__ loss,
+                                 const T* __restrict__ grad, Acc grad_value, T* __restrict__ loss,
                                  T* __restrict__ dx, int64_t N, int64_t C, int64_t ignore_index,
                                  Acc smoothing, bool mean, const long long* __restrict__ count_in,
                                  double* partial_sum, long long* partial_count, unsigned* ticket,
@@ -171,7 +174,7 @@ __global__ void __launch_bounds__(1024)
   const bool defer = kGrad && mean && gridDim.x == 1;
   Acc scale = Acc(0);
   if (kGrad) {
-    scale = to_acc<Acc>(grad[0]);
+    scale = grad != nullptr ? to_acc<Acc>(grad[0]) : grad_value;
     if (mean && !defer) {
       __shared__ long long count_scratch[1024];
       const long long n_counted = count_in != nullptr ? *count_in
@@ -316,7 +319,7 @@ inline constexpr int kThreadRowMaxC = 32;
 template <class T, class Acc, bool kLoss, bool kGrad>
 __global__ void __launch_bounds__(256)
     cross_entropy_rowthread_kernel(const T* __restrict__ logits, const int64_t* __restrict__ target,
-                                   const T* __restrict__ grad, T* __restrict__ loss,
+                                   const T* __restrict__ grad, Acc grad_value, T* __restrict__ loss,
                                    T* __restrict__ dx, int64_t N, int64_t C, int64_t ignore_index,
                                    Acc smoothing, bool mean, const long long* __restrict__ count_in,
                                    double* partial_sum, long long* partial_count, unsigned* ticket,
@@ -328,7 +331,7 @@ __global__ void __launch_bounds__(256)
   __shared__ long long count_cell[256];
   Acc scale = Acc(0);
   if (kGrad) {
-    scale = to_acc<Acc>(grad[0]);
+    scale = grad != nullptr ? to_acc<Acc>(grad[0]) : grad_value;
     if (mean && !defer)
       scale = scale / static_cast<Acc>(
                           count_in != nullptr

@@ -15,6 +15,7 @@ struct CrossEntropyFusedCall {
   const void* logits = nullptr;     // [n, c] contiguous
   const int64_t* target = nullptr;  // [n] contiguous
   const void* grad = nullptr;       // grad of row i's loss at grad[i * grad_stride]; reduced: []
+  double grad_value = 0;            // reduced with grad null: the loss's gradient, by value
   int64_t grad_stride = 1;          // 0: one scalar for every row (an expanded mean gradient)
   void* loss = nullptr;             // [n] contiguous, or [] when reduced; null: not written
   LossReduction reduction = LossReduction::None;  // Mean / Sum: the loss is one value

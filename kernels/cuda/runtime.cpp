@@ -4,9 +4,12 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "kernels/cuda/tickets.h"
 
 namespace ember::kernels::cuda {
 namespace {
@@ -30,6 +33,9 @@ struct DeviceState {
   // directly, where a read into pageable memory goes through the driver's staging copy.
   void* readback = nullptr;
   std::mutex readback_mu;
+  // acquire_tickets' pool: free ranges of zeroed counters, in chunks never freed.
+  std::mutex tickets_mu;
+  std::vector<std::pair<unsigned*, int64_t>> free_tickets;
 };
 
 struct Runtime {
@@ -206,6 +212,49 @@ Workspace cublas_workspace(int dev) {
 }
 
 FinishScratch finish_scratch(int dev) { return ready(dev).finish; }
+
+unsigned* acquire_tickets(int dev, int64_t count) {
+  EMBER_CHECK(count > 0, "acquire_tickets: count must be positive, got ", count);
+  DeviceState& s = ready(dev);
+  std::lock_guard<std::mutex> lock(s.tickets_mu);
+  for (auto& [p, n] : s.free_tickets) {  // first fit
+    if (n < count) continue;
+    unsigned* got = p;
+    p += count;
+    n -= count;
+    return got;
+  }
+  constexpr int64_t kChunk = 4096;  // 16 KiB: every reduction of a large model, once
+  const int64_t n = std::max(count, kChunk);
+  void* p = nullptr;
+  DeviceGuard g(dev);
+  EMBER_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(n) * sizeof(unsigned)));
+  EMBER_CUDA_CHECK(cudaMemset(p, 0, static_cast<size_t>(n) * sizeof(unsigned)));
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());  // our stream does not wait for the legacy one
+  auto* base = static_cast<unsigned*>(p);
+  if (n > count) s.free_tickets.emplace_back(base + count, n - count);
+  return base;
+}
+
+void release_tickets(int dev, unsigned* tickets, int64_t count) {
+  if (tickets == nullptr || count <= 0) return;
+  DeviceState& s = state(dev);
+  std::lock_guard<std::mutex> lock(s.tickets_mu);
+  // Joined to a neighbouring free range where one ends or starts here, so a pool that serves
+  // many executables over a run does not splinter.
+  for (auto& [p, n] : s.free_tickets) {
+    if (p + n == tickets) {
+      n += count;
+      return;
+    }
+    if (tickets + count == p) {
+      p = tickets;
+      n += count;
+      return;
+    }
+  }
+  s.free_tickets.emplace_back(tickets, count);
+}
 
 DeviceErrorFlag* device_error_flag(int dev) { return ready(dev).error_device; }
 

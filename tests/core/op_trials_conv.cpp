@@ -43,7 +43,8 @@ Attrs conv_attrs(const ConvCase& k) {
 // Calls f(x index, w index, y index) for every term of the convolution sum.
 template <class F>
 void each_term(const ConvCase& k, F f) {
-  const int64_t oh = out_dim(k.h, k.kh, k.sh, k.ph, k.dh), ow = out_dim(k.w, k.kw, k.sw, k.pw, k.dw);
+  const int64_t oh = out_dim(k.h, k.kh, k.sh, k.ph, k.dh),
+                ow = out_dim(k.w, k.kw, k.sw, k.pw, k.dw);
   const int64_t cg = k.c / k.groups, ocg = k.oc / k.groups;
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t o = 0; o < k.oc; ++o)
@@ -83,7 +84,8 @@ void conv2d_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out)
     t.inputs.push_back(make_input({k.oc, k.c / k.groups, k.kh, k.kw}, k.lw, dt, c.domain, r, w));
     t.what = conv_what("conv2d", k, t);
     t.call = conv_call(OpId::conv2d, conv_attrs(k));
-    const int64_t oh = out_dim(k.h, k.kh, k.sh, k.ph, k.dh), ow = out_dim(k.w, k.kw, k.sw, k.pw, k.dw);
+    const int64_t oh = out_dim(k.h, k.kh, k.sh, k.ph, k.dh),
+                  ow = out_dim(k.w, k.kw, k.sw, k.pw, k.dw);
     t.expect.shape = {k.n, k.oc, oh, ow};
     t.expect.dtype = dt;
     t.expect.v.assign(static_cast<size_t>(k.n * k.oc * oh * ow), 0.0);
@@ -100,7 +102,8 @@ void conv2d_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out)
 void conv2d_backward_trials(const Coverage& c, DType dt, Rng& r, std::vector<Trial>& out) {
   const bool input = c.op == OpId::conv2d_backward_input;
   for (const ConvCase& k : conv_cases()) {
-    const int64_t oh = out_dim(k.h, k.kh, k.sh, k.ph, k.dh), ow = out_dim(k.w, k.kw, k.sw, k.pw, k.dw);
+    const int64_t oh = out_dim(k.h, k.kh, k.sh, k.ph, k.dh),
+                  ow = out_dim(k.w, k.kw, k.sw, k.pw, k.dw);
     const Shape xs{k.n, k.c, k.h, k.w}, ws{k.oc, k.c / k.groups, k.kh, k.kw};
     Trial t;
     Vec g, other;
@@ -140,6 +143,7 @@ const std::vector<PoolCase>& pool_cases() {
       {2, 1, 5, 7, 3, 2, 1, 1, 0, 1, 1, 1, false, L::Contiguous},  // overlapping windows
       {1, 2, 7, 7, 2, 2, 2, 2, 0, 0, 1, 1, true, L::Expanded},     // a last partial window
       {1, 1, 7, 6, 2, 2, 1, 2, 0, 0, 2, 2, false, L::Contiguous},  // dilation
+      {1, 2, 9, 8, 4, 3, 2, 2, 1, 1, 1, 1, false, L::Contiguous},  // past the held 3x3 window
   };
   return k;
 }

@@ -247,6 +247,91 @@ TEST_CASE("fusion: what the lowering refuses is taken apart", "[jit]") {
 
 #if defined(EMBER_WITH_CUDA)
 
+TEST_CASE("fusion: a step's independent casts on a GPU run as one multi-tensor group", "[jit]") {
+  auto cast_to = [](Graph& g, ValueId v, DType t) {
+    Attrs a;
+    a.dtype = t;
+    return g.append(OpId::cast, {v}, a);
+  };
+  auto position = [](const Graph& g, ValueId v) { return g.values[v].producer; };
+  auto shape_of = [](Shape sh) {
+    Attrs a;
+    a.shape = std::move(sh);
+    return a;
+  };
+  SECTION("autocast's weight casts, made where each layer first uses them, come together") {
+    Graph g;
+    const ValueId x = g.add_input(randn({5, 4}), 0);
+    const ValueId w1 = g.add_state(randn({4, 8})), b1 = g.add_state(randn({8}));
+    const ValueId w2 = g.add_state(randn({8, 3})), b2 = g.add_state(randn({3}));
+    const ValueId xb = cast_to(g, x, kBFloat16);
+    const ValueId w1b = cast_to(g, w1, kBFloat16), b1b = cast_to(g, b1, kBFloat16);
+    const ValueId h =
+        g.append(OpId::relu, {g.append(OpId::add, {g.append(OpId::mm, {xb, w1b}), b1b})});
+    const ValueId w2b = cast_to(g, w2, kBFloat16), b2b = cast_to(g, b2, kBFloat16);
+    const ValueId y = g.append(OpId::add, {g.append(OpId::mm, {h, w2b}), b2b});
+    g.outputs = {y};
+    Graph cpu = g;
+    on_gpu(g);
+    fuse(g);
+    const auto casts = groups_of(g, GroupKind::Casts);
+    REQUIRE(casts.size() == 1);
+    CHECK(casts[0]->nodes.size() == 5);
+    for (ValueId c : {xb, w1b, b1b, w2b, b2b}) CHECK(has(casts[0]->outputs, c));
+    // Moved up before the first product, which reads them.
+    for (ValueId c : {w2b, b2b}) CHECK(position(g, c) < g.values[h].producer);
+    // The products and their tails still group as before.
+    CHECK(groups_of(g, GroupKind::GemmEpilogue).size() == 2);
+    // On the CPU the casts stay where they were, one by one.
+    fuse(cpu);
+    CHECK(groups_of(cpu, GroupKind::Casts).empty());
+    CHECK(position(cpu, w2b) > cpu.values[h].producer);
+  }
+  SECTION("gradient casts of computed values join while nothing between reads their results") {
+    Graph g;
+    const ValueId a = g.add_input(randn({6, 4}).to(kBFloat16), 0);
+    const ValueId b = g.add_input(randn({6, 5}).to(kBFloat16), 1);
+    // Column sums (bias gradients): a reduction closes its group, so a cast of its result
+    // is alone.
+    Attrs rows;
+    rows.dims = {0};
+    auto colsum = [&](ValueId v) { return g.append(OpId::sum, {g.append(OpId::exp, {v})}, rows); };
+    const ValueId ca = cast_to(g, colsum(a), kFloat32);
+    const ValueId cb = cast_to(g, colsum(b), kFloat32);
+    // Reads cb's result before the next cast: that cast starts a group of its own.
+    const ValueId s = g.append(OpId::mm, {g.append(OpId::view, {cb}, shape_of({1, 5})),
+                                          g.append(OpId::view, {cb}, shape_of({5, 1}))});
+    const ValueId cc = cast_to(g, colsum(g.append(OpId::add, {a, a})), kFloat32);
+    const ValueId cd = cast_to(g, colsum(b), kFloat16);
+    g.outputs = {ca, s, cc, cd};
+    on_gpu(g);
+    fuse(g);
+    const auto casts = groups_of(g, GroupKind::Casts);
+    REQUIRE(casts.size() == 2);
+    CHECK(casts[0]->nodes.size() == 2);  // ca, cb
+    CHECK(has(casts[0]->outputs, ca));
+    CHECK(has(casts[0]->outputs, cb));
+    CHECK(casts[1]->nodes.size() == 2);  // cc, cd
+    CHECK(has(casts[1]->outputs, cc));
+    CHECK(has(casts[1]->outputs, cd));
+  }
+  SECTION("a cast of a strided view, or of integers, stays alone") {
+    Graph g;
+    const ValueId w = g.add_state(randn({4, 8}));
+    const ValueId v = g.add_state(randn({8}));
+    const ValueId i = g.add_input(randint(0, 5, {7}), 0);
+    Attrs t;
+    t.dims = {1, 0};
+    const ValueId wt = cast_to(g, g.append(OpId::permute, {w}, t), kBFloat16);
+    const ValueId vb = cast_to(g, v, kBFloat16);
+    const ValueId ib = cast_to(g, i, kFloat32);
+    g.outputs = {wt, vb, ib};
+    on_gpu(g);
+    fuse(g);
+    CHECK(groups_of(g, GroupKind::Casts).empty());
+  }
+}
+
 namespace {
 
 struct Trained {

@@ -452,6 +452,59 @@ TEST_CASE("jit release_unused_constants frees what folding consumed, keeps what 
   CHECK(rel_released);
 }
 
+TEST_CASE(
+    "jit host_scalar_constants moves a 0-dim device constant to the host when its readers take it "
+    "by value",
+    "[jit][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  const auto dev = TensorOptions(kFloat32).device(gpu);
+  Graph g;
+  const ValueId x = g.add_input(zeros({4}, dev), 0);
+  // Read by a pointwise op: becomes a host constant.
+  const ValueId two = g.add_constant(full({}, 2.5, dev));
+  const ValueId y = g.append(OpId::mul, {x, two});
+  // A cross entropy's seed: the reduced backward takes a host gradient too.
+  const ValueId logits = g.add_input(zeros({4, 3}, dev), 1);
+  const ValueId target = g.add_input(zeros({4}, TensorOptions(kInt64).device(gpu)), 2);
+  const ValueId seed = g.add_constant(full({}, 1.0, dev));
+  Attrs mean;
+  mean.reduction = LossReduction::Mean;
+  const ValueId dx = g.append(OpId::cross_entropy_backward, {seed, logits, target}, mean);
+  // Stay on the device: one read through a view, one read by an op whose result would move to
+  // the host with it (its only other input is itself), one returned.
+  const ValueId viewed = g.add_constant(full({}, 3.0, dev));
+  Attrs to4;
+  to4.shape = Shape{4};
+  const ValueId e = g.append(OpId::add, {x, g.append(OpId::expand, {viewed}, to4)});
+  const ValueId summed = g.add_constant(full({}, 4.0, dev));
+  const ValueId s = g.append(OpId::mul, {summed, summed});
+  const ValueId returned = g.add_constant(full({}, 5.0, dev));
+  const ValueId r = g.append(OpId::mul, {x, returned});
+  g.outputs = {y, dx, e, s, r, returned};
+
+  host_scalar_constants(g);
+  release_unused_constants(g);
+  check_producers(g);
+  auto input_of = [&](ValueId out, size_t i) { return g.values[producer(g, out).inputs[i]]; };
+  const Value& h = input_of(y, 1);
+  REQUIRE(h.kind == ValueKind::Constant);
+  CHECK(h.device.is_cpu());
+  CHECK(constant_data(g, producer(g, y).inputs[1]) == std::vector<float>{2.5f});
+  CHECK(input_of(dx, 0).device.is_cpu());
+  CHECK(constant_data(g, producer(g, dx).inputs[0]) == std::vector<float>{1.0f});
+  // The device copies nothing reads any more hold no memory.
+  CHECK_FALSE(g.constants[g.values[two].slot].impl()->storage);
+  CHECK_FALSE(g.constants[g.values[seed].slot].impl()->storage);
+  for (ValueId kept : {viewed, summed, returned}) {
+    INFO("constant %" << kept);
+    CHECK(g.values[kept].device == gpu);
+    CHECK(g.constants[g.values[kept].slot].impl()->storage);
+  }
+  CHECK(producer(g, s).inputs[0] == summed);
+  CHECK(producer(g, r).inputs[1] == returned);
+}
+
 TEST_CASE("jit fold leaves constants that the trace writes", "[jit]") {
   Graph g;
   const ValueId c = g.add_constant(from_vector<float>({1, 2}, {2}));
@@ -856,9 +909,10 @@ TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
   const auto before = static_cast<int32_t>(g.nodes.size());
 
   const std::vector<PassReport> r = optimize(g);
-  REQUIRE(r.size() == 10);
-  const char* names[] = {"dce",          "cse",          "fold", "batch_products",    "slice_sums",
-                         "sum_products", "canonicalize", "dce",  "release_constants", "fuse"};
+  REQUIRE(r.size() == 11);
+  const char* names[] = {
+      "dce",          "cse", "fold",         "batch_products",    "slice_sums", "sum_products",
+      "canonicalize", "dce", "host_scalars", "release_constants", "fuse"};
   for (size_t i = 0; i < r.size(); ++i) {
     CHECK(r[i].pass == names[i]);
     CHECK(r[i].nodes_after <= r[i].nodes_before);

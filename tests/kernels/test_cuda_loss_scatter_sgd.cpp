@@ -190,6 +190,46 @@ TEST_CASE("cuda cross entropy backward matches the cpu", "[cuda][loss]") {
   }
 }
 
+TEST_CASE("cuda reduced cross entropy backward takes a 0-dim host gradient, bit for bit",
+          "[cuda][loss]") {
+  EMBER_REQUIRE_CUDA();
+  // The host value must give exactly what the same value on the device gives, for every launch
+  // shape of the reduced kernels: one block, several (counting targets in each block), and
+  // past the rows where a kernel of its own counts them.
+  constexpr CeCase kCases[] = {{64, 10}, {1000, 3}, {3, 5000}, {300, 100}, {20000, 10}};
+  for (DType t : kFloats) {
+    for (const CeCase& c : kCases) {
+      const Tensor gx = random_input({c.N, c.C}, t).to(kGpu), gt = ce_targets(c.N, c.C).to(kGpu);
+      const Tensor host = random_input({}, t);
+      for (LossReduction red : {LossReduction::Mean, LossReduction::Sum}) {
+        Attrs a = ce_attrs(-100, 0.1);
+        a.reduction = red;
+        INFO(dtype_name(t) << " N " << c.N << " C " << c.C
+                           << (red == LossReduction::Mean ? " mean" : " sum"));
+        const Tensor by_value = dispatch(OpId::cross_entropy_backward, {host, gx, gt}, a);
+        const Tensor on_device = dispatch(OpId::cross_entropy_backward, {host.to(kGpu), gx, gt}, a);
+        REQUIRE(by_value.device() == kGpu);
+        const std::vector<double> x = read(by_value), y = read(on_device);
+        REQUIRE(x.size() == y.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < x.size(); ++i) differ += x[i] != y[i];
+        CHECK(differ == 0);
+        CHECK(max_abs(on_device) > 0);
+      }
+    }
+  }
+  // Only a reduced loss's 0-dim gradient may be on the host.
+  const Tensor gx = random_input({4, 3}, kFloat32).to(kGpu), gt = ce_targets(4, 3).to(kGpu);
+  Attrs mean = ce_attrs(-100, 0);
+  mean.reduction = LossReduction::Mean;
+  CHECK_THROWS_WITH(
+      dispatch(OpId::cross_entropy_backward, {random_input({1}, kFloat32), gx, gt}, mean),
+      Contains("cross_entropy_backward: grad must be"));
+  CHECK_THROWS_WITH(dispatch(OpId::cross_entropy_backward, {random_input({4}, kFloat32), gx, gt},
+                             ce_attrs(-100, 0)),
+                    Contains("cross_entropy_backward: grad must be"));
+}
+
 TEST_CASE("cuda cross entropy backward zeroes ignored rows, also for a valid-class ignore_index",
           "[cuda][loss]") {
   EMBER_REQUIRE_CUDA();

@@ -8,6 +8,7 @@
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "kernels/cuda/tickets.h"
 #include "kernels/cuda/timeline.h"
 #include "test_util.h"
 
@@ -181,6 +182,41 @@ TEST_CASE("cuda memory stats: allocated, peak, reserved and empty_cache", "[cuda
   const cuda::AllocatorStats emptied = cuda::memory_stats(0);
   CHECK(emptied.reserved == base.reserved);
   CHECK(emptied.allocated == base.allocated);
+}
+
+TEST_CASE("cuda tickets: zeroed, distinct ranges, reused once released, no tensor memory",
+          "[cuda][cuda_runtime]") {
+  EMBER_REQUIRE_CUDA();
+  namespace kc = kernels::cuda;
+  auto zeroed = [](const unsigned* p, int64_t n) {
+    std::vector<unsigned> h(static_cast<size_t>(n), 1u);
+    cuda::copy_device_to_host(h.data(), p, h.size() * sizeof(unsigned), 0);
+    for (unsigned v : h)
+      if (v != 0u) return false;
+    return true;
+  };
+  const int64_t allocated = cuda::memory_stats(0).allocated;
+  unsigned* a = kc::acquire_tickets(0, 100);
+  unsigned* b = kc::acquire_tickets(0, 5000);  // past one chunk
+  unsigned* c = kc::acquire_tickets(0, 7);
+  CHECK(zeroed(a, 100));
+  CHECK(zeroed(b, 5000));
+  CHECK(zeroed(c, 7));
+  // No two ranges overlap.
+  auto apart = [](const unsigned* p, int64_t n, const unsigned* q, int64_t m) {
+    return p + n <= q || q + m <= p;
+  };
+  CHECK(apart(a, 100, b, 5000));
+  CHECK(apart(a, 100, c, 7));
+  CHECK(apart(b, 5000, c, 7));
+  CHECK(cuda::memory_stats(0).allocated == allocated);  // outside the caching allocator
+  kc::release_tickets(0, a, 100);
+  unsigned* again = kc::acquire_tickets(0, 60);
+  CHECK(zeroed(again, 60));
+  kc::release_tickets(0, again, 60);
+  kc::release_tickets(0, b, 5000);
+  kc::release_tickets(0, c, 7);
+  CHECK_THROWS_WITH(kc::acquire_tickets(0, 0), Contains("count must be positive"));
 }
 
 TEST_CASE("cuda timeline: marks time the device, the hold lets the queued work run back to back",

@@ -6,16 +6,16 @@
 #include <limits>
 #include <vector>
 
-#include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
 #include "core/factory.h"
 #include "core/host_values.h"
 #include "core/ops.h"
 #include "jit/compile.h"
-#include "nn/conv.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/clip_grad.h"
+#include "nn/conv.h"
 #include "nn/flatten.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -91,8 +91,8 @@ void check_conv(const Conv& c, bool same) {
   const Vec got = test::read(y);
   for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
   // float32 too, within float32's rounding of the same sums.
-  const Vec got32 = test::read(F::conv2d(xt.to(kFloat32), wt.to(kFloat32),
-                                         c.bias ? bt.to(kFloat32) : Tensor(), a));
+  const Vec got32 = test::read(
+      F::conv2d(xt.to(kFloat32), wt.to(kFloat32), c.bias ? bt.to(kFloat32) : Tensor(), a));
   for (size_t i = 0; i < want.size(); ++i) CHECK(got32[i] == Approx(want[i]).margin(1e-4));
   // Gradients of input, weight and bias against finite differences.
   std::vector<Tensor> in = {xt.clone().requires_grad_(), wt.clone().requires_grad_()};
@@ -111,7 +111,7 @@ TEST_CASE("conv2d matches a float64 loop: stride, padding, dilation, groups, no 
           "[nn][conv]") {
   // N C H W OC kh kw sh sw pt pb pl pr dh dw G bias
   check_conv({2, 3, 7, 6, 4, 3, 2, 2, 1, 1, 1, 0, 0, 1, 2, 1, true}, false);
-  check_conv({1, 6, 5, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, true}, false);  // groups 3
+  check_conv({1, 6, 5, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3, true}, false);   // groups 3
   check_conv({2, 4, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 4, false}, false);  // depthwise 1x1
   check_conv({1, 2, 9, 9, 2, 3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, true}, false);   // stride 3x2
 }
@@ -209,29 +209,76 @@ TEST_CASE("max_pool2d, avg_pool2d, adaptive_avg_pool2d match float64 loops", "[n
   // Gradients (random inputs: no ties in the max).
   const F::PoolArgs pa{{2, 2}, {1, 2}, {1, 0}, {1}, false, true};
   auto grad_ok = [&](auto fn) {
-    return autograd::gradcheck_report(
-        [&](const std::vector<Tensor>& v) { return fn(v[0]); }, {xt.clone().requires_grad_()});
+    return autograd::gradcheck_report([&](const std::vector<Tensor>& v) { return fn(v[0]); },
+                                      {xt.clone().requires_grad_()});
   };
   CHECK(grad_ok([&](const Tensor& t) { return F::max_pool2d(t, pa); }) == "");
   CHECK(grad_ok([&](const Tensor& t) { return F::avg_pool2d(t, pa); }) == "");
   CHECK(grad_ok([&](const Tensor& t) { return F::adaptive_avg_pool2d(t, {2, 3}); }) == "");
 }
 
+namespace {
+
+// Ties and NaNs, in windows the kernels hold in registers (2x2, 3x3) and in larger ones (4x4):
+// the winner is the first maximum in row-major order, a NaN winning.
+void check_pool_winners(Device dev) {
+  for (int64_t k : {2, 3, 4}) {
+    INFO(dev.str() << ", window " << k);
+    const int64_t H = 2 * k;
+    // All ones: every window ties. One NaN in the second window of the first row.
+    std::vector<double> x(static_cast<size_t>(H * H), 1.0);
+    const int64_t nan_at = (k - 1) * H + k + 1;  // inside window (0, 1), not its first element
+    x[static_cast<size_t>(nan_at)] = std::nan("");
+    const Tensor xt = test::make(x, {1, 1, H, H}, kFloat32).to(dev).requires_grad_();
+    const Tensor y = F::max_pool2d(xt, {{k}});
+    REQUIRE(y.sizes() == Shape{1, 1, 2, 2});
+    y.sum().backward();
+    const Vec g = test::read(xt.grad());
+    for (int64_t i = 0; i < H * H; ++i) {
+      const int64_t r = i / H, c = i % H;
+      const bool first_of_window = r % k == 0 && c % k == 0 && !(r == 0 && c == k);
+      INFO("element " << i);
+      CHECK(g[static_cast<size_t>(i)] == (i == nan_at || first_of_window ? 1.0 : 0.0));
+    }
+    const Vec yv = test::read(y);
+    CHECK(yv[0] == 1.0);
+    CHECK(std::isnan(yv[1]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d's gradient goes to each window's first maximum, a NaN winning",
+          "[nn][conv]") {
+  check_pool_winners(Device::cpu());
+}
+
+TEST_CASE("max_pool2d's gradient goes to each window's first maximum, a NaN winning (CUDA)",
+          "[nn][conv][cuda]") {
+  EMBER_REQUIRE_CUDA();
+  check_pool_winners(Device::cuda(0));
+}
+
 TEST_CASE("conv and pooling: bad shapes are errors naming the layer and the shapes", "[nn][conv]") {
   const Tensor x = zeros({1, 4, 5, 5});
-  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 3, 3, 3})), Contains("conv2d") && Contains("[1, 4, 5, 5]"));
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 3, 3, 3})),
+                    Contains("conv2d") && Contains("[1, 4, 5, 5]"));
   F::ConvArgs g;
   g.groups = 3;
-  CHECK_THROWS_WITH(F::conv2d(x, zeros({3, 1, 3, 3}), Tensor(), g), Contains("divisible by groups = 3"));
-  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 4, 7, 7})), Contains("larger than the padded input 5x5"));
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({3, 1, 3, 3}), Tensor(), g),
+                    Contains("divisible by groups = 3"));
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 4, 7, 7})),
+                    Contains("larger than the padded input 5x5"));
   CHECK_THROWS_WITH(F::conv2d(zeros({4, 5, 5}), zeros({2, 4, 3, 3})), Contains("4-D input"));
   F::ConvArgs st;
   st.stride = {2};
   st.same = true;
-  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 4, 3, 3}), Tensor(), st), Contains("'same' needs stride 1"));
+  CHECK_THROWS_WITH(F::conv2d(x, zeros({2, 4, 3, 3}), Tensor(), st),
+                    Contains("'same' needs stride 1"));
   CHECK_THROWS_WITH(F::max_pool2d(x, {{2}, {}, {2}}), Contains("at most half the kernel"));
   CHECK_THROWS_WITH(F::max_pool2d(x, {{7}}), Contains("larger than the padded input"));
-  CHECK_THROWS_WITH(nn::Conv2d(nn::ConvOptions(4, 6, {3}).groups(4)), Contains("divisible by groups 4"));
+  CHECK_THROWS_WITH(nn::Conv2d(nn::ConvOptions(4, 6, {3}).groups(4)),
+                    Contains("divisible by groups 4"));
 }
 
 TEST_CASE("conv2d and max_pool2d on an empty batch: empty outputs, zero parameter gradients",
@@ -261,7 +308,8 @@ TEST_CASE("Conv2d and Conv1d: PyTorch's names, shapes and init bounds", "[nn][co
   CHECK(named[0].first == "weight");
   CHECK(named[1].first == "bias");
   CHECK(conv->weight.sizes() == Shape{6, 2, 3, 2});
-  const double bound = 1.0 / std::sqrt(2.0 * 3 * 2);  // kaiming_uniform(a = sqrt(5)): 1/sqrt(fan_in)
+  const double bound =
+      1.0 / std::sqrt(2.0 * 3 * 2);  // kaiming_uniform(a = sqrt(5)): 1/sqrt(fan_in)
   for (double v : test::read(conv->weight)) CHECK(std::abs(v) <= bound);
   for (double v : test::read(conv->bias)) CHECK(std::abs(v) <= bound);
   nn::Conv1d c1(3, 5, 4);
