@@ -266,8 +266,10 @@ void Fuser::hoist_casts_of_leaves() {
   std::vector<ValueId> w;
   std::vector<int32_t> hoisted{casts[0]};
   for (size_t c = 1; c < casts.size(); ++c) {
-    const ValueId leaf = g_.values[g_.nodes[casts[c]].inputs[0]].root;
-    bool written = false;
+    const ValueId in = g_.nodes[casts[c]].inputs[0];
+    const ValueId leaf = g_.values[in].root;
+    // A view of the leaf made after the first cast (its node runs there) keeps the cast after it.
+    bool written = g_.values[in].producer >= casts[0];
     for (int32_t k = casts[0] + 1; k < casts[c] && !written; ++k) {
       g_.writes(g_.nodes[k], w);
       written = contains(w, leaf);

@@ -254,6 +254,11 @@ TEST_CASE("fusion: a step's independent casts on a GPU run as one multi-tensor g
     return g.append(OpId::cast, {v}, a);
   };
   auto position = [](const Graph& g, ValueId v) { return g.values[v].producer; };
+  // Every node's inputs are made before it (or are leaves).
+  auto check_order = [](const Graph& g) {
+    for (size_t k = 0; k < g.nodes.size(); ++k)
+      for (ValueId in : g.nodes[k].inputs) CHECK(g.values[in].producer < static_cast<int32_t>(k));
+  };
   auto shape_of = [](Shape sh) {
     Attrs a;
     a.shape = std::move(sh);
@@ -274,6 +279,7 @@ TEST_CASE("fusion: a step's independent casts on a GPU run as one multi-tensor g
     Graph cpu = g;
     on_gpu(g);
     fuse(g);
+    check_order(g);
     const auto casts = groups_of(g, GroupKind::Casts);
     REQUIRE(casts.size() == 1);
     CHECK(casts[0]->nodes.size() == 5);
@@ -286,6 +292,21 @@ TEST_CASE("fusion: a step's independent casts on a GPU run as one multi-tensor g
     fuse(cpu);
     CHECK(groups_of(cpu, GroupKind::Casts).empty());
     CHECK(position(cpu, w2b) > cpu.values[h].producer);
+  }
+  SECTION("a cast of a view made after the first cast stays after the view") {
+    Graph g;
+    const ValueId x = g.add_input(randn({5, 4}), 0);
+    const ValueId w = g.add_state(randn({4, 8}));
+    const ValueId xb = cast_to(g, x, kBFloat16);
+    const ValueId y = g.append(OpId::exp, {xb});
+    const ValueId wv = g.append(OpId::view, {w}, shape_of({32}));  // dense, root a leaf
+    const ValueId wb = cast_to(g, wv, kBFloat16);
+    g.outputs = {y, wb};
+    on_gpu(g);
+    fuse(g);
+    check_order(g);
+    CHECK(position(g, wb) > position(g, wv));
+    CHECK(position(g, wb) > position(g, y));  // not moved: the view comes after the first cast
   }
   SECTION("gradient casts of computed values join while nothing between reads their results") {
     Graph g;
