@@ -60,17 +60,23 @@ Tensor constant_tensor(const Graph& g, ValueId id) {
   return Tensor(std::move(impl));
 }
 
-}  // namespace
-
-void fold_constants(Graph& g) {
+// Per value: whether it is a root some node writes.
+std::vector<char> written_roots(const Graph& g) {
   std::vector<ValueId> w;
-  // Roots written by any node: a constant whose memory the trace writes is not frozen, and a
-  // result written later must stay a buffer of its own.
   std::vector<char> written(g.values.size(), 0);
   for (const Node& n : g.nodes) {
     g.writes(n, w);
     for (ValueId r : w) written[r] = 1;
   }
+  return written;
+}
+
+}  // namespace
+
+void fold_constants(Graph& g) {
+  // Roots written by any node: a constant whose memory the trace writes is not frozen, and a
+  // result written later must stay a buffer of its own.
+  const std::vector<char> written = written_roots(g);
   // Constants added by this pass lie past the end of `written`; nothing writes them.
   auto is_written = [&](ValueId r) {
     return r < static_cast<ValueId>(written.size()) && written[r];
@@ -122,12 +128,7 @@ void fold_constants(Graph& g) {
 }
 
 void host_scalar_constants(Graph& g) {
-  std::vector<ValueId> w;
-  std::vector<char> written(g.values.size(), 0);
-  for (const Node& n : g.nodes) {
-    g.writes(n, w);
-    for (ValueId r : w) written[r] = 1;
-  }
+  const std::vector<char> written = written_roots(g);
   std::vector<Tensor> args;
   const size_t count = g.values.size();  // constants added here need no second look
   for (size_t i = 0; i < count; ++i) {
