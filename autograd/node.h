@@ -58,6 +58,9 @@ struct InputMeta {
   Shape shape;             ///< the input's shape
   DType dtype = kFloat32;  ///< the input's dtype
   Device device;           ///< the input's device
+  /// A 2-D transposed view (unit row stride, columns apart): a product's gradient for it is
+  /// computed in that layout, so it reaches a weight read as weight.t() without a copy.
+  bool column_major = false;
 };
 
 /// A node of the backward graph, like PyTorch's `torch.autograd.graph.Node`.
