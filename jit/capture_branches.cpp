@@ -14,13 +14,15 @@ namespace ember::jit {
 // step (a generated pointwise or reduction kernel) goes to a side branch unless it could overlap
 // nothing there. A step waits for the events of the conflicting earlier steps on other branches.
 BranchPlan plan_branches(const Graph& g, const StepList& steps,
-                         const std::vector<std::shared_ptr<TensorImpl>>& slots) {
+                         const std::vector<std::shared_ptr<TensorImpl>>& slots,
+                         const std::vector<BesideRead>& beside) {
   constexpr int kSideBranches = BranchPlan::kSideBranches;
   const size_t n = steps.size();
   BranchPlan plan;
   plan.branch.assign(n, 0);
   plan.waits.assign(n, {});
   plan.signals.assign(n, 0);
+  plan.join_early.assign(n, 0);
   struct Range {
     uintptr_t lo, hi;
   };
@@ -61,6 +63,13 @@ BranchPlan plan_branches(const Graph& g, const StepList& steps,
         if (x.lo < y.hi && y.lo < x.hi) return true;
     return false;
   };
+  // Every step after a beside copy that writes bytes it reads joins its branch first.
+  for (const BesideRead& b : beside) {
+    const auto lo = reinterpret_cast<uintptr_t>(b.data);
+    const std::vector<Range> read = {{lo, lo + static_cast<uintptr_t>(b.bytes)}};
+    for (size_t j = static_cast<size_t>(std::max<int32_t>(b.after_step + 1, 0)); j < n; ++j)
+      if (overlap(writes[j], read)) plan.join_early[j] = 1;
+  }
   std::vector<char> contained(n, 0);
   for (size_t i = 0; i < n; ++i) contained[i] = steps.self_contained(i);
   // deps[j]: earlier steps j must follow.

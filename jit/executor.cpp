@@ -34,14 +34,17 @@ Executor::Executor(Graph graph, ExecutorOptions options) : g_(std::move(graph)),
         workspace[i] = cuda_lowering_workspace(g_, g_.groups[i]);
         any = any || workspace[i] > 0;
       }
-  plan_ = any ? plan_memory(g_, storage, workspace) : plan_memory(g_, storage);
+  // A CUDA graph writes what a call returns into fixed bytes before copying it out: those
+  // bytes are planned in the arena, where the value is dead otherwise.
+  const bool graph_statics = options_.cuda_graph && cuda;
+  plan_ = plan_memory(g_, storage, any ? workspace : std::vector<int64_t>{}, graph_statics);
   if (!cuda) {
     for (size_t i = 0; i < g_.groups.size(); ++i)
       if (const std::optional<Group> chunked = cpu_chunked_group(g_, g_.groups[i])) {
         workspace[i] = CpuGroupRunner::workspace_bytes(g_, *chunked, plan_);
         any = any || workspace[i] > 0;
       }
-    if (any) plan_ = plan_memory(g_, storage, workspace);
+    if (any) plan_ = plan_memory(g_, storage, workspace, graph_statics);
   }
   for (const MemoryPlan::Arena& a : plan_.arenas) {
     stats_.arena_bytes += a.bytes;
@@ -56,7 +59,7 @@ Executor::Executor(Graph graph, ExecutorOptions options) : g_(std::move(graph)),
     int device = 0;
     const std::string why = graph_support(g_, cuda, device);
     if (why.empty()) {
-      graph_ = std::make_unique<GraphReplay>(g_, bind_, steps_, device);
+      graph_ = std::make_unique<GraphReplay>(g_, plan_, bind_, steps_, device);
       graph_ok_ = true;
     } else {
       graph_note_ = "CUDA graph not used: " + why;

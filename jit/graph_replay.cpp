@@ -52,8 +52,9 @@ std::string graph_support(const Graph& g, bool computes_on_cuda, int& device) {
   return {};
 }
 
-GraphReplay::GraphReplay(Graph& g, Binding& bind, StepList& steps, int device)
-    : g_(g), bind_(bind), steps_(steps), device_(device) {}
+GraphReplay::GraphReplay(Graph& g, const MemoryPlan& plan, Binding& bind, StepList& steps,
+                         int device)
+    : g_(g), plan_(plan), bind_(bind), steps_(steps), device_(device) {}
 
 GraphReplay::Bound* GraphReplay::find(std::span<const Tensor> args) {
   if (copy_args_) return graphs_.empty() ? nullptr : &graphs_.front();
@@ -89,7 +90,7 @@ void GraphReplay::plan_early_reads(const std::vector<StoragePtr>& placeholders) 
                           std::find(roots.begin(), roots.end(), fresh_roots[f]) != roots.end();
       if (writes) out_after_[f] = std::max(out_after_[f], node_step[ni]);
     }
-    const size_t n = static_fresh_[f]->nbytes;
+    const size_t n = static_fresh_[f].nbytes;
     if (out_after_[f] >= 0 && g_.values[fresh_roots[f]].numel() == 1 && n > 0 && n <= 8)
       early_outs_.push_back({f, out_after_[f], cuda::EarlyRead::make(n, device_)});
   }
@@ -101,6 +102,38 @@ void GraphReplay::unbind_args() {
   if (copy_args_) return;
   for (const std::vector<ValueId>& members : bind_.input_members)
     for (ValueId v : members) bind_.slots[v]->storage.reset();
+}
+
+// Returned tensors and gradients: static bytes the graphs write, shared by all of them. A
+// gradient left on a parameter keeps a buffer of its own (it is read after the replay); what is
+// only returned lives in the arena where the plan put it, its copy out joined before the bytes
+// are reused (plan_branches' BesideRead).
+void GraphReplay::place_statics() {
+  const std::vector<ValueId>& fresh_roots = bind_.fresh_roots;
+  static_fresh_.resize(fresh_roots.size());
+  for (size_t f = 0; f < fresh_roots.size(); ++f) {
+    const ValueId r = fresh_roots[f];
+    const Value& rv = g_.values[r];
+    Static& st = static_fresh_[f];
+    st.nbytes = static_cast<size_t>(rv.numel() * element_size(rv.dtype));
+    int64_t shift = 0;  // elements between a member's trace offset and its place here
+    if (const int32_t a = plan_.static_arena_of[r]; a >= 0) {
+      st.storage = bind_.arena(a);
+      st.byte_offset = plan_.static_offset_of[r];
+      shift = st.byte_offset / element_size(rv.dtype) - rv.offset;
+    } else if (!st.storage) {
+      st.storage = make_empty(rv.shape, rv.dtype, rv.device).impl()->storage;
+    }
+    for (ValueId v : bind_.fresh_members[f]) {
+      bind_.slots[v]->storage = st.storage;
+      bind_.slots[v]->offset = g_.values[v].offset + shift;
+    }
+  }
+}
+
+void GraphReplay::restore_fresh_offsets() {
+  for (const std::vector<ValueId>& members : bind_.fresh_members)
+    for (ValueId v : members) bind_.slots[v]->offset = g_.values[v].offset;
 }
 
 GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
@@ -146,16 +179,7 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
       }
     }
   }
-  // Returned tensors and gradients: static buffers the graphs write, shared by all of them.
-  if (static_fresh_.size() != fresh_roots.size()) {
-    static_fresh_.assign(fresh_roots.size(), nullptr);
-    for (size_t f = 0; f < fresh_roots.size(); ++f) {
-      const Value& r = g_.values[fresh_roots[f]];
-      static_fresh_[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
-    }
-  }
-  for (size_t f = 0; f < fresh_roots.size(); ++f)
-    for (ValueId v : bind_.fresh_members[f]) slots[v]->storage = static_fresh_[f];
+  place_statics();
   if (steps_.rng_counters() > 0 && !rng_state_.defined()) {
     rng_state_ = make_empty({2}, kInt64, Device::cuda(dev));
     steps_.use_rng_state(static_cast<const uint64_t*>(rng_state_.raw_data()));
@@ -171,12 +195,18 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
   // every replay sets their destination before it launches.
   std::vector<StoragePtr> placeholders(static_fresh_.size());
   for (size_t f = 0; f < static_fresh_.size(); ++f)
-    if (returned[f] && static_fresh_[f]->nbytes > 0) {
+    if (returned[f] && static_fresh_[f].nbytes > 0) {
       const Value& r = g_.values[fresh_roots[f]];
       placeholders[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
     }
   if (!early_planned_) plan_early_reads(placeholders);
-  branches_ = plan_branches(g_, steps_, slots);
+  // A copy out of arena bytes runs beside the steps after its writer: the first step that
+  // reuses those bytes waits for it.
+  std::vector<BesideRead> beside;
+  for (size_t f = 0; f < static_fresh_.size(); ++f)
+    if (placeholders[f] && out_after_[f] >= 0 && plan_.static_arena_of[fresh_roots[f]] >= 0)
+      beside.push_back({out_after_[f], static_data(f), static_fresh_[f].nbytes});
+  branches_ = plan_branches(g_, steps_, slots, beside);
   const auto nsteps = static_cast<int>(steps_.size());
   if (branches_.sides > 0)
     cuda::prepare_capture_branches(dev, branches_.sides, nsteps + branches_.sides + 1);
@@ -207,8 +237,8 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
                                               static_cast<size_t>(args[a].nbytes()), dev);
     for (size_t f = 0; f < static_fresh_.size(); ++f)  // those no step writes, at the end
       if (placeholders[f] && bg.output_copy[f] < 0)
-        bg.output_copy[f] = cuda::capture_copy(placeholders[f]->data, static_fresh_[f]->data,
-                                               static_fresh_[f]->nbytes, dev);
+        bg.output_copy[f] = cuda::capture_copy(placeholders[f]->data, static_data(f),
+                                               static_fresh_[f].nbytes, dev);
   } catch (...) {
     capture_placeholders_ = nullptr;
     capture_output_copy_ = nullptr;
@@ -217,6 +247,7 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
     } catch (...) {
     }
     unbind_args();
+    restore_fresh_offsets();
     graphs_.clear();
     // Plain replays run from now on: their random steps must draw from the generator again,
     // not read a key from rng_state_, which only a graph launch writes.
@@ -227,6 +258,7 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
     throw;
   }
   unbind_args();
+  restore_fresh_offsets();
   bg.graph = cuda::end_capture(dev);
   nodes_ = cuda::graph_node_count(*bg.graph);
   ++captures_;
@@ -248,21 +280,23 @@ void GraphReplay::before_steps() {
 }
 
 void GraphReplay::before_step(int32_t i) {
-  if (branches_.sides == 0) return;
-  const int b = branches_.branch[i];
-  cuda::use_capture_branch(device_, b);
-  for (int32_t e : branches_.waits[i]) cuda::capture_wait(device_, b, e);
+  if (branches_.sides > 0) {
+    const int b = branches_.branch[i];
+    cuda::use_capture_branch(device_, b);
+    for (int32_t e : branches_.waits[i]) cuda::capture_wait(device_, b, e);
+  }
+  if (branches_.join_early[static_cast<size_t>(i)]) cuda::join_early_branch(device_);
 }
 
 void GraphReplay::after_step(int32_t i) {
   for (const EarlyOut& e : early_outs_)
-    if (e.after_step == i) e.read->capture(static_fresh_[e.fresh]->data);
+    if (e.after_step == i) e.read->capture(static_data(e.fresh));
   if (capture_output_copy_)
     for (size_t f = 0; f < out_after_.size(); ++f)
       if (out_after_[f] == i && (*capture_placeholders_)[f])
         (*capture_output_copy_)[f] =
-            cuda::capture_copy((*capture_placeholders_)[f]->data, static_fresh_[f]->data,
-                               static_fresh_[f]->nbytes, device_, /*beside=*/true);
+            cuda::capture_copy((*capture_placeholders_)[f]->data, static_data(f),
+                               static_fresh_[f].nbytes, device_, /*beside=*/true);
   if (branches_.sides > 0 && branches_.signals[i])
     cuda::capture_signal(device_, branches_.branch[i], i);
 }
@@ -304,8 +338,8 @@ void GraphReplay::replay(Bound& bg, std::span<const Tensor> args, std::vector<Te
     if (bg.output_copy[f] < 0) continue;
     const Value& rv = g_.values[fresh_roots[f]];
     copies[f] = make_empty(rv.shape, rv.dtype, rv.device).impl()->storage;
-    cuda::set_graph_copy(graph, bg.output_copy[f], copies[f]->data, static_fresh_[f]->data,
-                         static_fresh_[f]->nbytes);
+    cuda::set_graph_copy(graph, bg.output_copy[f], copies[f]->data, static_data(f),
+                         static_fresh_[f].nbytes);
   }
   cuda::launch_graph(graph, dev);
   for (const EarlyOut& e : early_outs_) {

@@ -6,7 +6,9 @@
 // whose arguments keep moving fall back, after kMaxBoundCaptures captures, to one graph that
 // copies each argument into a static buffer first. Returned tensors are copied out of static
 // buffers the graph writes, and random kernels read their key and base counter from device
-// memory written before each launch.
+// memory written before each launch. A returned tensor's static bytes are in the arena where
+// the memory plan found them dead (MemoryPlan::static_arena_of), so a replay holds no buffer
+// beside the arena for it but the copy it returns.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -16,6 +18,7 @@
 #include "jit/binding.h"
 #include "jit/capture_branches.h"
 #include "jit/graph.h"
+#include "jit/passes.h"
 #include "jit/steps.h"
 #include "kernels/cuda/early_read.h"
 #include "kernels/cuda/graph.h"
@@ -33,8 +36,9 @@ class GraphReplay final : private StepHooks {
     std::vector<int> output_copy;  // per fresh root: its copy-out node (-1: none)
   };
 
-  // `g`, `bind` and `steps` must outlive it. Nothing is allocated before the first capture.
-  GraphReplay(Graph& g, Binding& bind, StepList& steps, int device);
+  // `g`, `plan`, `bind` and `steps` must outlive it. Nothing is allocated before the first
+  // capture.
+  GraphReplay(Graph& g, const MemoryPlan& plan, Binding& bind, StepList& steps, int device);
 
   bool captured() const { return !graphs_.empty(); }
   // The arenas moved: every graph holds their old addresses.
@@ -55,6 +59,13 @@ class GraphReplay final : private StepHooks {
  private:
   void plan_early_reads(const std::vector<StoragePtr>& placeholders);
   void unbind_args();
+  // Where fresh root f's static bytes are for this capture (its own buffer, or the arena's).
+  void place_statics();
+  // The fresh members' slots back at their trace offsets (what plain replays expect).
+  void restore_fresh_offsets();
+  void* static_data(size_t f) const {
+    return static_cast<char*>(static_fresh_[f].storage->data) + static_fresh_[f].byte_offset;
+  }
   // StepHooks: the branches, early reads and output copies a capture queues around the steps.
   void before_steps() override;
   void before_step(int32_t i) override;
@@ -65,6 +76,7 @@ class GraphReplay final : private StepHooks {
   static constexpr int kMaxBoundCaptures = 8;  // captures for new addresses before copying
 
   Graph& g_;
+  const MemoryPlan& plan_;
   Binding& bind_;
   StepList& steps_;
   const int device_;
@@ -74,7 +86,12 @@ class GraphReplay final : private StepHooks {
   std::vector<StoragePtr> static_inputs_;  // the fallback's argument buffers
   std::vector<int> input_copy_;            // the fallback's copy of each argument in (-1: none)
   std::vector<int> input_back_;            // ... and back out, for one the step writes (-1: none)
-  std::vector<StoragePtr> static_fresh_;
+  struct Static {
+    StoragePtr storage;  // a buffer of its own, or the arena holding it
+    int64_t byte_offset = 0;
+    size_t nbytes = 0;
+  };
+  std::vector<Static> static_fresh_;  // per fresh root
   std::vector<StoragePtr> out_copies_;
   // Returned scalars (a loss) that the graphs also copy to pinned host memory right after the
   // step writing them, so item() need not wait for the rest of the replay.

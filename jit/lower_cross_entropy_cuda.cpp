@@ -98,15 +98,7 @@ class LoweredCrossEntropy final : public LoweredGroup {
     c.logits = s[m_.logits]->data();
     c.target = reinterpret_cast<const int64_t*>(s[m_.target]->data());
     if (host_grad_) {  // its current value, like the pointwise kernels' inline scalars
-      const void* p = s[m_.grad]->data();
-      c.grad_value = visit_dtype(dtype_, [&](auto tag) {
-        using H = typename decltype(tag)::type;
-        const H v = *static_cast<const H*>(p);
-        if constexpr (std::is_same_v<H, double>)
-          return v;
-        else
-          return static_cast<double>(static_cast<float>(v));
-      });
+      c.grad_value = kc::cross_entropy_grad_value(dtype_, s[m_.grad]->data());
     } else {
       c.grad = s[m_.grad]->data();
     }

@@ -87,6 +87,13 @@ struct MemoryPlan {
   std::vector<int32_t> workspace_arena;
   std::vector<int64_t> workspace_offset;
   std::vector<int64_t> workspace_bytes;  // as asked (before rounding)
+  // Per value id: for a fresh root that no one reads after the replay (a returned loss, not a
+  // gradient left on a parameter), the arena and byte offset of the static buffer a CUDA graph
+  // writes it to before copying it out (plan_memory's `graph_statics`); -1 otherwise. It is
+  // placed like a stored value, live from its producer to its last use: dead bytes then, not
+  // memory of its own beside the arena (which the copy each call returns would double).
+  std::vector<int32_t> static_arena_of;
+  std::vector<int64_t> static_offset_of;
   int64_t total_bytes() const;
 };
 // How the executor runs a group decides which of its values need memory.
@@ -99,7 +106,7 @@ enum class GroupStorage : uint8_t {
 // aligned). `storage[i]` says how group i runs; `workspace[i]` (if given) is how many bytes of
 // scratch group i needs while it runs, placed in the arena of the group's device.
 MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
-                       const std::vector<int64_t>& workspace = {});
+                       const std::vector<int64_t>& workspace = {}, bool graph_statics = false);
 // The executor's defaults: `materialize_group_internals` stores everything (groups run as
 // separate kernels); otherwise pointwise and reduction groups keep their internals out of
 // memory, a GEMM epilogue stores its product only, cross-entropy pairs store everything.

@@ -43,6 +43,7 @@ GraphPtr end_capture(int) { no_cuda("cuda::end_capture"); }
 void launch_graph(Graph&, int) { no_cuda("cuda::launch_graph"); }
 int64_t graph_node_count(const Graph&) { return 0; }
 int capture_copy(void*, const void*, size_t, int, bool) { no_cuda("cuda::capture_copy"); }
+void join_early_branch(int) { no_cuda("cuda::join_early_branch"); }
 void set_graph_copy(Graph&, int, void*, const void*, size_t) { no_cuda("cuda::set_graph_copy"); }
 void prepare_capture_branches(int, int, int) { no_cuda("cuda::prepare_capture_branches"); }
 void use_capture_branch(int, int) { no_cuda("cuda::use_capture_branch"); }

@@ -80,7 +80,7 @@ int64_t MemoryPlan::total_bytes() const {
 }
 
 MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
-                       const std::vector<int64_t>& workspace) {
+                       const std::vector<int64_t>& workspace, bool graph_statics) {
   const size_t nv = g.values.size();
   const size_t nn = g.nodes.size();
   MemoryPlan plan;
@@ -90,6 +90,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
   plan.workspace_arena.assign(g.groups.size(), -1);
   plan.workspace_offset.assign(g.groups.size(), -1);
   plan.workspace_bytes.assign(g.groups.size(), 0);
+  plan.static_arena_of.assign(nv, -1);
+  plan.static_offset_of.assign(nv, -1);
   for (size_t gi = 0; gi < workspace.size() && gi < g.groups.size(); ++gi)
     if (!g.groups[gi].nodes.empty()) plan.workspace_bytes[gi] = std::max<int64_t>(0, workspace[gi]);
 
@@ -149,9 +151,13 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
     }
   }
 
-  std::vector<ValueId> stored;
+  std::vector<ValueId> stored, statics;
   for (size_t v = 0; v < nv; ++v)
     if (first[v] >= 0 && !plan.fresh[v] && !internal[v]) stored.push_back(static_cast<ValueId>(v));
+  if (graph_statics)
+    for (size_t v = 0; v < nv; ++v)
+      if (plan.fresh[v] && last[v] < static_cast<int64_t>(nn) && g.values[v].numel() > 0)
+        statics.push_back(static_cast<ValueId>(v));
   // The buffers to place: stored values, then the workspaces, each live only at its group's
   // position (where the group runs), alongside the group's operands.
   enum class Order { Definition, Largest, Crowded, LargestWorkspacesLast };
@@ -169,6 +175,11 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
       items.push_back({g.values[out].device, round_up(p.workspace_bytes[gi]), at, at,
                        &p.workspace_arena[gi], &p.workspace_offset[gi]});
     }
+    const size_t workspaces_end = items.size();
+    for (ValueId v : statics)
+      items.push_back({g.values[v].device,
+                       round_up(g.values[v].numel() * element_size(g.values[v].dtype)), first[v],
+                       last[v], &p.static_arena_of[v], &p.static_offset_of[v]});
     std::vector<size_t> order(items.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     switch (how) {
@@ -185,7 +196,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<GroupStorage>& storage,
       case Order::LargestWorkspacesLast:
         // Workspaces live at one position each: placed after every value, they take holes.
         std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-          const bool wa = a >= stored.size(), wb = b >= stored.size();
+          const bool wa = a >= stored.size() && a < workspaces_end,
+                     wb = b >= stored.size() && b < workspaces_end;
           if (wa != wb) return wb;
           if (items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
           return items[a].first < items[b].first;

@@ -137,19 +137,6 @@ void launch_reduced(DType dtype, const void* logits, const int64_t* target, cons
   });
 }
 
-// The value of a 0-dim host tensor (a reduced loss's gradient given on the host), exact in
-// double for every floating dtype.
-double host_value(const Tensor& t) {
-  return visit_dtype(t.dtype(), [&](auto tag) {
-    using H = typename decltype(tag)::type;
-    const H v = *static_cast<const H*>(t.raw_data());
-    if constexpr (std::is_same_v<H, double>)
-      return v;
-    else
-      return static_cast<double>(static_cast<float>(v));
-  });
-}
-
 }  // namespace
 
 int cross_entropy_reduced_kernels(int64_t n, int64_t c, bool mean, int device) {
@@ -175,7 +162,8 @@ void cross_entropy(const KernelCall& call) {
     const bool host_grad = backward && call.inputs[0].device().is_cpu();
     launch_reduced(logits.dtype(), logits.raw_data(), t,
                    backward && !host_grad ? call.inputs[0].raw_data() : nullptr,
-                   host_grad ? host_value(call.inputs[0]) : 0.0,
+                   host_grad ? cross_entropy_grad_value(call.inputs[0].dtype(), call.inputs[0].raw_data())
+                             : 0.0,
                    backward ? nullptr : out.raw_data(), backward ? out.raw_data() : nullptr, N, C,
                    call.attrs.ignore_index, call.attrs.label_smoothing, mean, out.device().index,
                    name);

@@ -3,11 +3,25 @@
 // both halves; implemented in cross_entropy.cu) as a host call
 // without CUDA types, for the JIT's CrossEntropy lowering (jit/lower_gemm_cuda.cpp).
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/op.h"
 
 namespace ember::kernels::cuda {
+
+// A reduced loss's gradient held in a 0-dim host tensor of `dtype` at `p`, as the kernels take
+// it by value: exact in double for every floating dtype (16-bit ones widen through float).
+inline double cross_entropy_grad_value(DType dtype, const void* p) {
+  return visit_dtype(dtype, [&](auto tag) {
+    using H = typename decltype(tag)::type;
+    const H v = *static_cast<const H*>(p);
+    if constexpr (std::is_same_v<H, double>)
+      return v;
+    else
+      return static_cast<double>(static_cast<float>(v));
+  });
+}
 
 struct CrossEntropyFusedCall {
   int device = 0;

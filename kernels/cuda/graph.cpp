@@ -132,6 +132,14 @@ cudaStream_t fork_early_branch(int device) {
   return sd.stream;
 }
 
+void join_early_branch(int device) {
+  if (device < 0 || device >= kMaxSideDevices || !sides[device].used) return;
+  kernels::cuda::DeviceGuard guard(device);
+  Side& sd = sides[device];
+  EMBER_CUDA_CHECK(cudaEventRecord(sd.join, sd.stream));
+  EMBER_CUDA_CHECK(cudaStreamWaitEvent(kernels::cuda::stream(device), sd.join, 0));
+}
+
 void begin_capture(int device) {
   kernels::cuda::DeviceGuard guard(device);
   pending_copies.clear();

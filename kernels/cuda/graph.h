@@ -28,6 +28,9 @@ int64_t graph_node_count(const Graph& graph);
 // beside: the copy goes on a side branch forked after what is queued so far (the step that
 // wrote `src`), so the steps queued after it do not wait for it (joined by end_capture).
 int capture_copy(void* dst, const void* src, size_t n, int device, bool beside = false);
+// What is queued after this (on the stream launches go to now) waits for every copy queued
+// beside so far: before a step reuses bytes such a copy reads. Nothing when none was queued.
+void join_early_branch(int device);
 void set_graph_copy(Graph& graph, int index, void* dst, const void* src, size_t n);
 
 // Concurrent branches of a capture: steps that do not depend on each other are queued on

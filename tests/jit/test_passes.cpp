@@ -896,6 +896,51 @@ TEST_CASE("jit plan_memory places a group's workspace in bytes dead while the gr
   }
 }
 
+TEST_CASE("jit plan_memory puts a CUDA graph's returned loss in bytes dead while it lives",
+          "[jit]") {
+  Mlp net;
+  Graph& g = net.g;
+  fuse(g);
+  const std::vector<GroupStorage> storage = default_group_storage(g, false);
+  const MemoryPlan base = plan_memory(g, storage);
+  const MemoryPlan p = plan_memory(g, storage, {}, /*graph_statics=*/true);
+  check_plan(g, p, false);
+  for (size_t v = 0; v < g.values.size(); ++v) CHECK(base.static_arena_of[v] == -1);
+  // The loss is still fresh per plain replay; a graph writes it at its static place.
+  CHECK(p.fresh[net.loss]);
+  CHECK(p.arena_of[net.loss] == -1);
+  REQUIRE(p.static_arena_of[net.loss] == 0);
+  // Gradients are read after the replay (they stay on the parameters): no static place here.
+  for (ValueId grad : {net.dW1, net.db1, net.dW2, net.db2}) CHECK(p.static_arena_of[grad] == -1);
+  // Liveness from the definitions, as check_plan's: producer to the last node touching it.
+  auto pos = [&](size_t i) -> int64_t {
+    const int32_t gi = g.nodes[i].group;
+    return gi >= 0 ? g.groups[gi].nodes.back() : static_cast<int64_t>(i);
+  };
+  std::vector<int64_t> last(g.values.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ValueId out = g.nodes[i].out;
+    if (out != kNoValue) last[g.values[out].root] = std::max(last[g.values[out].root], pos(i));
+    for (ValueId in : g.nodes[i].inputs)
+      last[g.values[in].root] = std::max(last[g.values[in].root], pos(i));
+  }
+  for (const GradEffect& e : g.grad_effects)
+    if (e.value != kNoValue) last[g.values[e.value].root] = static_cast<int64_t>(g.nodes.size());
+  const int64_t born = g.values[net.loss].producer, dies = last[net.loss];
+  const int64_t l0 = p.static_offset_of[net.loss], l1 = l0 + 4;
+  CHECK(l1 <= p.total_bytes());
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (p.arena_of[v] < 0) continue;
+    if (g.values[v].producer > dies || last[v] < born) continue;
+    const int64_t v0 = p.offset_of[v];
+    const int64_t v1 = v0 + g.values[v].numel() * element_size(g.values[v].dtype);
+    INFO("value %" << v << " at [" << v0 << ", " << v1 << "), loss [" << l0 << ", " << l1 << ")");
+    CHECK((v1 <= l0 || l1 <= v0));
+  }
+  // Live only around the loss's own kernel, it costs this step's arena nothing.
+  CHECK(p.total_bytes() == base.total_bytes());
+}
+
 TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
   Mlp net;
   Graph& g = net.g;
