@@ -203,10 +203,8 @@ std::vector<Tensor> backward_formula(const OpNode& n, const Tensor& g) {
       // Each gradient in its operand's layout (as PyTorch's mm_mat*_backward): a transposed
       // operand, such as a Linear's weight.t(), gets (B^T A)^T, a transposed view of a
       // contiguous product, so its gradient reaches the weight without a transposing copy.
-      if (need(0))
-        r[0] = n.inputs[0].column_major ? mm(in(n, 1), g.t()).t() : mm(g, in(n, 1).t());
-      if (need(1))
-        r[1] = n.inputs[1].column_major ? mm(g.t(), in(n, 0)).t() : mm(in(n, 0).t(), g);
+      if (need(0)) r[0] = n.inputs[0].column_major ? mm(in(n, 1), g.t()).t() : mm(g, in(n, 1).t());
+      if (need(1)) r[1] = n.inputs[1].column_major ? mm(g.t(), in(n, 0)).t() : mm(in(n, 0).t(), g);
       break;
     case OpId::bmm:
       if (need(0)) r[0] = bmm(g, in(n, 1).transpose(1, 2));

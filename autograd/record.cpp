@@ -95,8 +95,8 @@ void record(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, const T
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (need[i]) check_view_fresh(op, inputs[i]);
     const Tensor& t = inputs[i];
-    const bool column_major =
-        t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) >= t.size(0);
+    const bool column_major = t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 &&
+                              t.stride(1) >= t.size(0);
     node->inputs.push_back({t.sizes(), t.dtype(), t.device(), column_major});
     node->next.push_back(need[i] ? gradient_edge(inputs[i]) : Edge{});
   }

@@ -237,8 +237,8 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
                                               static_cast<size_t>(args[a].nbytes()), dev);
     for (size_t f = 0; f < static_fresh_.size(); ++f)  // those no step writes, at the end
       if (placeholders[f] && bg.output_copy[f] < 0)
-        bg.output_copy[f] = cuda::capture_copy(placeholders[f]->data, static_data(f),
-                                               static_fresh_[f].nbytes, dev);
+        bg.output_copy[f] =
+            cuda::capture_copy(placeholders[f]->data, static_data(f), static_fresh_[f].nbytes, dev);
   } catch (...) {
     capture_placeholders_ = nullptr;
     capture_output_copy_ = nullptr;
