@@ -9,6 +9,7 @@
 //   small_gemm_time --sweep   every kernel that fits (small_gemm_fits) and cuBLASLt on a grid of
 //                             shapes, layouts and dtypes, as CSV: the data a cost function for
 //                             small_gemm_kind is fitted to (bench/NOTES.md)
+//   small_gemm_time --one bf16 10 512 8192 tn   the same rows for one problem (f32, bf16, f16)
 #include <ember/ember.h>
 
 #include <chrono>
@@ -47,48 +48,49 @@ double us_per_call(const std::function<void()>& f, int reps) {
 
 }  // namespace
 
-// The sweep: M x N x K over sizes the workloads have, three layouts (A B, A B^T as a Linear's
-// forward reads its weight, A^T B as its weight gradient reads), float32 and bfloat16; one CSV
-// row per kernel timed, the back-to-back mean of 200 calls, and which kernel small_gemm_kind
-// picks today.
-int sweep(const Device& dev) {
+// One CSV row per kernel timed on D[m, n] = A B in layout "nn", "nt" (A B^T, as a Linear's
+// forward reads its weight) or "tn" (A^T B, as its weight gradient reads): the back-to-back
+// mean of 200 calls (10 for the large products), and which kernel small_gemm_kind picks today.
+void time_shape(const Device& dev, DType t, int64_t m, int64_t n, int64_t k, const std::string& l) {
   const std::vector<kc::SmallGemmKind> kinds = {kc::SmallGemmKind::SmallK,
                                                 kc::SmallGemmKind::SmallN, kc::SmallGemmKind::Tiled,
                                                 kc::SmallGemmKind::Thin};
+  const TensorOptions o = TensorOptions(t).device(dev);
+  const Tensor a = l == "tn" ? randn({k, m}, o).t() : randn({m, k}, o);
+  const Tensor b = l == "nt" ? randn({n, k}, o).t() : randn({k, n}, o);
+  Tensor d = empty({m, n}, o);
+  kc::GemmCall c;
+  c.device = dev.index;
+  c.dtype = t;
+  c.a = matrix(a);
+  c.b = matrix(b);
+  c.d = d.raw_data();
+  const kc::SmallGemmKind chosen = kc::small_gemm_kind(t, c.a, c.b);
+  auto row = [&](const char* kernel, double us) {
+    std::printf("%s,%lld,%lld,%lld,%s,%s,%.2f,%s\n", dtype_name(t).data(),
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                l.c_str(), kernel, us, kc::small_gemm_name(chosen));
+  };
+  // Fewer calls for the large products (which no small kernel wins), so a sweep stays within
+  // minutes.
+  const int64_t mnk = m * n * k;
+  const int reps = mnk <= (int64_t{1} << 28) ? 200 : 10;
+  row("cublaslt", us_per_call([&] { kc::gemm_epilogue(c); }, reps));
+  if (mnk > (int64_t{1} << 31)) return;
+  for (kc::SmallGemmKind kind : kinds)
+    if (kc::small_gemm_fits(kind, t, c.a, c.b))
+      row(kc::small_gemm_name(kind), us_per_call([&] { kc::small_gemm(c, kind); }, reps));
+}
+
+// The sweep: M x N x K over sizes the workloads have, three layouts, float32 and bfloat16: the
+// data a cost function for small_gemm_kind is fitted to.
+int sweep(const Device& dev) {
   std::printf("dtype,m,n,k,layout,kernel,us,chosen\n");
   for (DType t : {kFloat32, kBFloat16})
     for (int64_t m : {10, 64, 256, 1024, 4096, 8192})
       for (int64_t n : {10, 16, 64, 128, 512, 1024})
         for (int64_t k : {10, 16, 64, 256, 784, 4096, 8192})
-          for (const char* layout : {"nn", "nt", "tn"}) {
-            const std::string l = layout;
-            const TensorOptions o = TensorOptions(t).device(dev);
-            const Tensor a = l == "tn" ? randn({k, m}, o).t() : randn({m, k}, o);
-            const Tensor b = l == "nt" ? randn({n, k}, o).t() : randn({k, n}, o);
-            Tensor d = empty({m, n}, o);
-            kc::GemmCall c;
-            c.device = dev.index;
-            c.dtype = t;
-            c.a = matrix(a);
-            c.b = matrix(b);
-            c.d = d.raw_data();
-            const kc::SmallGemmKind chosen = kc::small_gemm_kind(t, c.a, c.b);
-            auto row = [&](const char* kernel, double us) {
-              std::printf("%s,%lld,%lld,%lld,%s,%s,%.2f,%s\n", dtype_name(t).data(),
-                          static_cast<long long>(m), static_cast<long long>(n),
-                          static_cast<long long>(k), layout, kernel, us,
-                          kc::small_gemm_name(chosen));
-            };
-            // Fewer calls for the large products (which no small kernel wins), so the sweep
-            // stays within minutes.
-            const int64_t mnk = m * n * k;
-            const int reps = mnk <= (int64_t{1} << 28) ? 200 : 10;
-            row("cublaslt", us_per_call([&] { kc::gemm_epilogue(c); }, reps));
-            if (mnk > (int64_t{1} << 31)) continue;
-            for (kc::SmallGemmKind kind : kinds)
-              if (kc::small_gemm_fits(kind, t, c.a, c.b))
-                row(kc::small_gemm_name(kind), us_per_call([&] { kc::small_gemm(c, kind); }, reps));
-          }
+          for (const char* layout : {"nn", "nt", "tn"}) time_shape(dev, t, m, n, k, layout);
   return 0;
 }
 
@@ -99,6 +101,16 @@ int main(int argc, char** argv) {
   }
   const Device dev = Device::cuda(0);
   if (argc > 1 && std::string(argv[1]) == "--sweep") return sweep(dev);
+  if (argc == 7 && std::string(argv[1]) == "--one") {
+    const std::string dt = argv[2];
+    std::printf("dtype,m,n,k,layout,kernel,us,chosen\n");
+    time_shape(dev,
+               dt == "bf16"  ? kBFloat16
+               : dt == "f16" ? kFloat16
+                             : kFloat32,
+               std::stoll(argv[3]), std::stoll(argv[4]), std::stoll(argv[5]), argv[6]);
+    return 0;
+  }
   auto time_problem = [&](const char* name, const Tensor& a, const Tensor& bm) {
     Tensor d = empty({a.size(0), bm.size(1)}, TensorOptions(dev));
     kc::GemmCall c;

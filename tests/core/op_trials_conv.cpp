@@ -23,6 +23,12 @@ const std::vector<ConvCase>& conv_cases() {
       {3, 3, 4, 4, 3, 1, 1, 1, 1, 0, 0, 1, 1, 3, L::Contiguous, L::Contiguous},
       {2, 2, 3, 3, 5, 3, 3, 1, 1, 2, 2, 1, 1, 1, L::Expanded, L::Contiguous},
       {1, 2, 9, 8, 3, 1, 1, 3, 2, 0, 1, 1, 1, 1, L::Contiguous, L::Contiguous},
+      // More taps per output (channels / groups x kernel): 72, 54 in two groups, 32, and a
+      // 1-channel first layer over a larger plane.
+      {2, 8, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, L::Contiguous, L::Contiguous},
+      {1, 12, 7, 7, 4, 3, 3, 2, 2, 1, 1, 1, 1, 2, L::Contiguous, L::Contiguous},
+      {2, 2, 9, 9, 3, 4, 4, 1, 1, 2, 1, 1, 1, 1, L::Contiguous, L::Contiguous},
+      {3, 1, 20, 20, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, L::Contiguous, L::Contiguous},
   };
   return k;
 }
