@@ -8,7 +8,10 @@
 
 #include "core/factory.h"
 #include "graph_builders.h"
+#include "jit/binding.h"
+#include "jit/capture_branches.h"
 #include "jit/passes.h"
+#include "jit/steps.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -939,6 +942,47 @@ TEST_CASE("jit plan_memory puts a CUDA graph's returned loss in bytes dead while
   }
   // Live only around the loss's own kernel, it costs this step's arena nothing.
   CHECK(p.total_bytes() == base.total_bytes());
+}
+
+TEST_CASE("jit plan_branches: a step writing bytes a beside copy reads joins its branch first",
+          "[jit]") {
+  // The returned loss's static bytes in the arena (graph_statics) are copied out beside the
+  // later steps; each later step that writes any of them must wait for that copy.
+  Mlp net;
+  Graph& g = net.g;
+  fuse(g);
+  const std::vector<GroupStorage> storage = default_group_storage(g, true);
+  const MemoryPlan plan = plan_memory(g, storage, {}, /*graph_statics=*/true);
+  Binding bind;
+  bind.build(g, plan, nullptr);
+  bind.prepare_arenas();
+  StepList steps;
+  steps.build(g, plan, bind, storage, false);
+  REQUIRE(plan.static_arena_of[net.loss] == 0);
+  const int64_t l0 = plan.static_offset_of[net.loss], l1 = l0 + 4;
+  const auto* arena = static_cast<const char*>(bind.arena(0)->data);
+  const int32_t after = steps.node_done()[static_cast<size_t>(g.values[net.loss].producer)];
+  const BranchPlan alone = plan_branches(g, steps, bind.slots);
+  const BranchPlan p = plan_branches(g, steps, bind.slots, {{after, arena + l0, 4}});
+  // Brute force from the memory plan: the steps after the loss's that store into its bytes.
+  std::vector<char> want(steps.size(), 0);
+  std::vector<ValueId> roots;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const int32_t si = steps.node_step()[ni];
+    if (si <= after) continue;
+    roots.clear();
+    g.writes(g.nodes[ni], roots);
+    if (g.nodes[ni].out != kNoValue) roots.push_back(g.values[g.nodes[ni].out].root);
+    for (ValueId r : roots) {
+      if (plan.arena_of[r] != 0) continue;
+      const int64_t v0 = plan.offset_of[r];
+      const int64_t v1 = v0 + g.values[r].numel() * element_size(g.values[r].dtype);
+      if (v0 < l1 && l0 < v1) want[static_cast<size_t>(si)] = 1;
+    }
+  }
+  CHECK(std::find(want.begin(), want.end(), 1) != want.end());  // the bytes are reused
+  CHECK(p.join_early == want);
+  CHECK(std::find(alone.join_early.begin(), alone.join_early.end(), 1) == alone.join_early.end());
 }
 
 TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
