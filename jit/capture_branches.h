@@ -21,7 +21,7 @@ struct BranchPlan {
 };
 
 // A copy the capture queues on the early-read branch after step `after_step`, reading
-// [data, data + bytes): the first later step writing any of those bytes must wait for it.
+// [data, data + bytes): every later step writing any of those bytes waits for it.
 struct BesideRead {
   int32_t after_step = 0;
   const void* data = nullptr;

@@ -200,8 +200,8 @@ GraphReplay::Bound& GraphReplay::capture(std::span<const Tensor> args) {
       placeholders[f] = make_empty(r.shape, r.dtype, r.device).impl()->storage;
     }
   if (!early_planned_) plan_early_reads(placeholders);
-  // A copy out of arena bytes runs beside the steps after its writer: the first step that
-  // reuses those bytes waits for it.
+  // A copy out of arena bytes runs beside the steps after its writer: the steps that reuse
+  // those bytes wait for it.
   std::vector<BesideRead> beside;
   for (size_t f = 0; f < static_fresh_.size(); ++f)
     if (placeholders[f] && out_after_[f] >= 0 && plan_.static_arena_of[fresh_roots[f]] >= 0)
