@@ -1,7 +1,9 @@
-// Canonical forms: views that change nothing disappear, chained reshapes read the original,
-// and same-dtype copies (clone/contiguous) disappear where the copy is unobservable and every
-// consumer reads any layout (pointwise kernels; GEMMs take transposed operands as flags), or
-// where the copy only becomes a parameter's gradient and the parameter can hold the original.
+// Canonical forms: views that change nothing disappear, chained reshapes and permutes read the
+// original, and same-dtype copies (clone/contiguous) disappear where the copy is unobservable
+// and every consumer reads any layout (pointwise kernels; GEMMs take transposed operands as
+// flags), or where the copy only becomes a parameter's gradient and the parameter can hold the
+// original. The pipeline runs it twice: before the passes that join products and sums (their
+// patterns match one form of each view chain) and after them (on what they made).
 #include <vector>
 
 #include "core/dispatch.h"
@@ -151,6 +153,22 @@ void canonicalize(Graph& g) {
           } catch (const Error&) {
             // src does not admit the shape directly: keep the chain
           }
+        }
+      }
+      // permute(permute(x)) is one permute of x, by the composed order: autograd makes such
+      // pairs (a transposed operand's gradient is a transposed view, transposed back by the
+      // permute's backward), and passes that look for a product behind at most one transpose
+      // (sum_products) see through them only once the pair is gone.
+      if (n.op == OpId::permute) {
+        const int32_t p = g.values[x].producer;
+        if (p >= 0 && g.nodes[p].op == OpId::permute && !g.nodes[p].inplace) {
+          const Dims inner = g.nodes[p].attrs.dims;
+          Dims composed = n.attrs.dims;
+          for (int d = 0; d < composed.size(); ++d)
+            composed[d] = inner[static_cast<int>(n.attrs.dims[d])];
+          n.inputs[0] = g.nodes[p].inputs[0];
+          n.attrs.dims = composed;
+          any = true;
         }
       }
       if (same_layout(g.values[out], g.values[n.inputs[0]])) {

@@ -1,8 +1,9 @@
 // The pass pipeline, in the order the passes feed each other: dead code first (less to look
-// at), then merging and folding (which leave dead nodes and identity copies behind), products
-// sharing an operand joined, sums of slice gradients made one cat, sums of products one
-// product, canonical forms, a second sweep of what they made dead, the memory of constants no
-// longer read, and fusion last (it needs the final node list; erasing nodes clears groups).
+// at), then merging and folding (which leave dead nodes and identity copies behind), canonical
+// forms and the dead nodes they leave (so the joining passes see one form of each view chain),
+// products sharing an operand joined, sums of slice gradients made one cat, sums of products one
+// product, canonical forms again, a second sweep of what they made dead, the memory of constants
+// no longer read, and fusion last (it needs the final node list; erasing nodes clears groups).
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -39,6 +40,8 @@ std::vector<PassReport> optimize(Graph& g) {
       {"dce", eliminate_dead_code},
       {"cse", eliminate_common_subexpressions},
       {"fold", fold_constants},
+      {"canonicalize", canonicalize},
+      {"dce", eliminate_dead_code},
       {"batch_products", batch_products},
       {"slice_sums", assemble_slice_sums},
       {"sum_products", sum_products},

@@ -157,7 +157,9 @@ TEST_CASE("batch_products leaves dependent products and products across a write"
 // of a loop is one product over the joined steps.
 namespace {
 
-void recurrent_weight(Device dev) {
+// transposed: the weight is used as w^T, as Linear and the recurrent layers store theirs
+// ([out, in]); its per-step gradients then reach the sum as transposes of transposed products.
+void recurrent_weight(Device dev, bool transposed) {
   manual_seed(8);
   const int T = 6;
   const TensorOptions o = TensorOptions().device(dev);
@@ -166,7 +168,7 @@ void recurrent_weight(Device dev) {
     w.set_grad(Tensor());
     b.set_grad(Tensor());
     Tensor h = x;
-    for (int t = 0; t < T; ++t) h = tanh(mm(h, w) + b);
+    for (int t = 0; t < T; ++t) h = tanh(mm(h, transposed ? w.t() : w) + b);
     Tensor loss = sum(h * h);
     loss.backward();
     return loss;
@@ -192,13 +194,13 @@ void recurrent_weight(Device dev) {
 
 TEST_CASE("sum_products: a recurrent weight's and bias's gradients are one product and one sum",
           "[jit][sum_products]") {
-  recurrent_weight(Device::cpu());
+  recurrent_weight(Device::cpu(), GENERATE(false, true));
 }
 
 TEST_CASE("sum_products: a recurrent weight's and bias's gradients (CUDA)",
           "[jit][sum_products][cuda]") {
   EMBER_REQUIRE_CUDA();
-  recurrent_weight(Device::cuda(0));
+  recurrent_weight(Device::cuda(0), GENERATE(false, true));
 }
 
 TEST_CASE("sum_products leaves a sum whose operand is written before the sum",
