@@ -51,6 +51,11 @@ void assemble_slice_sums(Graph& g);
 // Rounds differently from the per-term sum (same value to float precision).
 void sum_products(Graph& g);
 
+// A pointwise result read only through disjoint slices along one dim, each slice read only by
+// pointwise nodes, is computed per slice (op(x, y)[s] == op(x[s], y[s])): the slices' readers
+// then compute it in their own kernel (an LSTM's gate pre-activations, cut into four gates).
+void split_sliced_pointwise(Graph& g);
+
 // Canonical forms the executor prefers: view ops that change nothing are dropped (their uses
 // read the input); a contiguous() copy feeding only matmuls, of a value nobody writes later, is
 // dropped (GEMMs read transposed operands through their layout flags); a same-dtype cast of a

@@ -2,8 +2,9 @@
 // at), then merging and folding (which leave dead nodes and identity copies behind), canonical
 // forms and the dead nodes they leave (so the joining passes see one form of each view chain),
 // products sharing an operand joined, sums of slice gradients made one cat, sums of products one
-// product, canonical forms again, a second sweep of what they made dead, the memory of constants
-// no longer read, and fusion last (it needs the final node list; erasing nodes clears groups).
+// product, canonical forms again, pointwise results read in slices computed per slice, a second
+// sweep of what they made dead, the memory of constants no longer read, and fusion last (it
+// needs the final node list; erasing nodes clears groups).
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -46,6 +47,7 @@ std::vector<PassReport> optimize(Graph& g) {
       {"slice_sums", assemble_slice_sums},
       {"sum_products", sum_products},
       {"canonicalize", canonicalize},
+      {"slice_pointwise", split_sliced_pointwise},
       {"dce", eliminate_dead_code},
       {"host_scalars", host_scalar_constants},
       {"release_constants", release_unused_constants},

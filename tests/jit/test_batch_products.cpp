@@ -225,3 +225,28 @@ TEST_CASE("sum_products leaves a sum whose operand is written before the sum",
   CHECK(mms == (write_between ? 2 : 1));
   CHECK(cats == (write_between ? 0 : 2));
 }
+
+TEST_CASE("jit split_sliced_pointwise: a compiled gate step equals eager", "[jit]") {
+  manual_seed(12);
+  const Tensor w = randn({6, 16}), b = randn({16});
+  auto f = [&](const Tensor& x, const Tensor& h) {
+    const Tensor pre = add(mm(h, w), x) + b;  // [5, 16], cut into four gates of 4
+    const Tensor i = sigmoid(pre.slice(1, 0, 4)), fg = sigmoid(pre.slice(1, 4, 8));
+    const Tensor gg = tanh(pre.slice(1, 8, 12)), o = sigmoid(pre.slice(1, 12, 16));
+    return o * tanh(fg * i + i * gg);
+  };
+  const Tensor x = randn({5, 16}), h = randn({5, 6});
+  const jit::Explanation e = explain(f, x, h);
+  INFO(e.optimized_graph);
+  // The gates' pre-activations are four adds of slices, computed in the gates' kernel.
+  int gate_adds = 0;
+  for (size_t at = 0; (at = e.optimized_graph.find(" = add(", at)) != std::string::npos; ++at) {
+    const std::string line = e.optimized_graph.substr(at, e.optimized_graph.find('\n', at) - at);
+    gate_adds += line.find("float32[5,4]") != std::string::npos;
+  }
+  CHECK(gate_adds == 5);  // the four gates' and the cell's (fg * i + i * gg)
+  auto c = compile(f);
+  Tensor got;
+  for (int k = 0; k < 3; ++k) got = c(x, h);
+  CHECK(test::read(got) == test::read(f(x, h)));
+}

@@ -60,7 +60,7 @@ TEST_CASE("jit: explain reports the graph, passes, fused groups and the arena", 
   CHECK(ex.breaks.empty());
   CHECK(ex.nodes_traced >= 5);
   CHECK(ex.nodes_optimized <= ex.nodes_traced);
-  CHECK(ex.passes.size() == 13);  // optimize()'s pipeline, each reported
+  CHECK(ex.passes.size() == 14);  // optimize()'s pipeline, each reported
   CHECK(ex.traced_graph.find("mm(") != std::string::npos);
   CHECK(ex.optimized_graph.find("[group") != std::string::npos);
   CHECK_FALSE(ex.groups.empty());

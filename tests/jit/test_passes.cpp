@@ -555,7 +555,17 @@ TEST_CASE("jit canonicalize drops identity views and removable copies", "[jit]")
   const ValueId va = g.append(OpId::view, {e}, shape_attrs({32}));
   const ValueId vb = g.append(OpId::view, {va}, shape_attrs({2, 16}));
   const ValueId rb = g.append(OpId::neg, {vb});
-  g.outputs = {q, r, m, sm, r4, c5, r6, rb};
+  // permute(permute(e)) back to e's layout reads e; a 3-D pair composes into one permute of x3
+  const ValueId pp = g.append(OpId::permute, {et}, tr);
+  const ValueId rpp = g.append(OpId::neg, {pp});
+  const ValueId x3 = g.add_input(zeros({2, 3, 4}), 1);
+  Attrs p102, p021;
+  p102.dims = {1, 0, 2};
+  p021.dims = {0, 2, 1};
+  const ValueId a3 = g.append(OpId::permute, {x3}, p102);  // [3, 2, 4]
+  const ValueId b3 = g.append(OpId::permute, {a3}, p021);  // [3, 4, 2]
+  const ValueId r3 = g.append(OpId::neg, {b3});
+  g.outputs = {q, r, m, sm, r4, c5, r6, rb, rpp, r3};
 
   canonicalize(g);
   eliminate_dead_code(g);
@@ -572,7 +582,72 @@ TEST_CASE("jit canonicalize drops identity views and removable copies", "[jit]")
   CHECK(producer(g, rb).inputs[0] == vb);
   CHECK(producer(g, vb).inputs[0] == e);
   CHECK(count_op(g, OpId::view) == 1);
-  CHECK(count_op(g, OpId::permute) == 1);  // et
+  CHECK(producer(g, rpp).inputs[0] == e);
+  CHECK(producer(g, r3).inputs[0] == b3);
+  CHECK(producer(g, b3).inputs[0] == x3);
+  CHECK(producer(g, b3).attrs.dims == Dims{1, 2, 0});
+  CHECK(g.values[b3].shape == Shape{3, 4, 2});
+  CHECK(count_op(g, OpId::permute) == 2);  // et, b3
+}
+
+TEST_CASE("jit split_sliced_pointwise computes a pointwise result read in slices per slice",
+          "[jit]") {
+  // s = x + b (b broadcast over rows), read as two column slices by sigmoid and tanh: the
+  // gates of a recurrent step. Each slice becomes its own add of x's and b's slices.
+  enum class Variant { Split, WholeRead, Overlap, NotPointwise };
+  const Variant v =
+      GENERATE(Variant::Split, Variant::WholeRead, Variant::Overlap, Variant::NotPointwise);
+  Graph g;
+  const ValueId x = g.add_input(randn({4, 8}), 0);
+  const ValueId b = g.add_state(randn({8}));
+  const ValueId w = g.add_state(randn({4, 3}));
+  const ValueId s = g.append(OpId::add, {x, b});
+  auto slice = [&](ValueId of, int64_t start, int64_t end) {
+    Attrs a;
+    a.dim = 1;
+    a.start = start;
+    a.end = end;
+    a.step = 1;
+    return g.append(OpId::slice, {of}, a);
+  };
+  const bool overlap = v == Variant::Overlap;
+  const ValueId s0 = slice(s, 0, 4);
+  const ValueId s1 = slice(s, overlap ? 2 : 4, overlap ? 6 : 8);
+  const ValueId t0 = g.append(OpId::sigmoid, {s0});
+  const ValueId t1 =
+      v == Variant::NotPointwise ? g.append(OpId::mm, {s1, w}) : g.append(OpId::tanh, {s1});
+  g.outputs = {t0, t1};
+  if (v == Variant::WholeRead) g.outputs.push_back(g.append(OpId::exp, {s}));
+  split_sliced_pointwise(g);
+  eliminate_dead_code(g);
+  check_producers(g);
+  INFO("variant " << static_cast<int>(v));
+  int whole = 0, parts = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op != OpId::add) continue;
+    whole += g.values[n.out].shape == Shape{4, 8};
+    parts += g.values[n.out].shape == Shape{4, 4};
+  }
+  if (v != Variant::Split) {
+    CHECK(whole == 1);
+    CHECK(parts == 0);
+    return;
+  }
+  CHECK(whole == 0);
+  CHECK(parts == 2);
+  for (ValueId t : {t0, t1}) {
+    const Node& add = producer(g, producer(g, t).inputs[0]);
+    REQUIRE(add.op == OpId::add);
+    const Node& xs = producer(g, add.inputs[0]);
+    const Node& bs = producer(g, add.inputs[1]);
+    CHECK(xs.op == OpId::slice);
+    CHECK(xs.inputs[0] == x);
+    CHECK(xs.attrs.dim == 1);
+    CHECK(bs.op == OpId::slice);
+    CHECK(bs.inputs[0] == b);
+    CHECK(bs.attrs.dim == 0);  // b's own dim
+    CHECK(bs.attrs.start == (t == t0 ? 0 : 4));
+  }
 }
 
 TEST_CASE("jit canonicalize lets a parameter hold an intermediate instead of its copy", "[jit]") {
@@ -998,11 +1073,20 @@ TEST_CASE("jit optimize runs the pipeline and reports each pass", "[jit]") {
   const auto before = static_cast<int32_t>(g.nodes.size());
 
   const std::vector<PassReport> r = optimize(g);
-  REQUIRE(r.size() == 13);
-  const char* names[] = {"dce",          "cse",          "fold",
-                         "canonicalize", "dce",          "batch_products",
-                         "slice_sums",   "sum_products", "canonicalize",
-                         "dce",          "host_scalars", "release_constants",
+  REQUIRE(r.size() == 14);
+  const char* names[] = {"dce",
+                         "cse",
+                         "fold",
+                         "canonicalize",
+                         "dce",
+                         "batch_products",
+                         "slice_sums",
+                         "sum_products",
+                         "canonicalize",
+                         "slice_pointwise",
+                         "dce",
+                         "host_scalars",
+                         "release_constants",
                          "fuse"};
   for (size_t i = 0; i < r.size(); ++i) {
     CHECK(r[i].pass == names[i]);
