@@ -169,12 +169,20 @@ void Fuser::place_pointwise(int32_t i) {
     if (can_add(ci, i)) {
       add(ci, i);
       // The other pointwise chains this node joins up (a per-channel scale and shift computed
-      // apart, then combined) come along: one kernel instead of one per chain.
-      for (int32_t cj : options)
-        if (cj != ci && cands_[ci].kind == GroupKind::Pointwise &&
-            cands_[cj].kind == GroupKind::Pointwise && !cands_[cj].nodes.empty() &&
-            can_merge(ci, cj))
-          merge(ci, cj);
+      // apart, then combined) come along: one kernel instead of one per chain. So does a
+      // product's tail that would otherwise be a kernel of its own after the GEMM.
+      for (int32_t cj : options) {
+        if (cj == ci || cands_[ci].kind != GroupKind::Pointwise || cands_[cj].nodes.empty())
+          continue;
+        if (cands_[cj].kind == GroupKind::Pointwise) {
+          if (can_merge(ci, cj)) merge(ci, cj);
+        } else if (const int32_t t = detach_gemm_tail(cj); t >= 0) {
+          if (can_merge(ci, t))
+            merge(ci, t);
+          else
+            reattach_gemm_tail(cj, t);
+        }
+      }
       return;
     }
   open(GroupKind::Pointwise, i);

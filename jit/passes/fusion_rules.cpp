@@ -2,6 +2,7 @@
 // node order (jit/passes/fuse.cpp) would not find or would find worse. Each rule seeds or
 // reshapes candidates; the lowering is still asked about every one before it becomes a group.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "jit/lower.h"
@@ -233,6 +234,38 @@ void Fuser::merge_cat_producers(int32_t i) {
   });
   for (int32_t cj : chains)
     if (cj != last && can_merge(last, cj)) merge(last, cj);
+}
+
+// A contraction's tail that its GEMM call does not fold (anything past a row bias and relu) runs
+// as a generated kernel of its own after the GEMM. When a pointwise chain of the same shape reads
+// that tail, the tail can run inside the chain's kernel instead, reading the product where the
+// GEMM left it: one launch and one round trip of the tail's results fewer (an LSTM's backward
+// step: the hidden state's gradient, a product plus the incoming gradient, feeds the gate
+// arithmetic). The tail leaves the contraction as a Pointwise candidate; the caller merges it or
+// gives it back (reattach_gemm_tail). Returns that candidate, or -1 when there is no such tail.
+int32_t Fuser::detach_gemm_tail(int32_t cj) {
+  const Candidate& c = cands_[cj];
+  if (c.kind != GroupKind::GemmEpilogue || c.closed || c.nodes.size() < 2) return -1;
+  const std::optional<Group> tail = gemm_tail_group(g_, group_of(cj));
+  if (!tail || tail->kind != GroupKind::Pointwise || tail->nodes.empty()) return -1;
+  for (int32_t m : tail->nodes)
+    if (member_[m] != cj || !is_pointwise_node(g_.nodes[m])) return -1;
+  const int32_t t = open(GroupKind::Pointwise, tail->nodes.front());
+  cands_[t].shape = g_.values[g_.nodes[tail->nodes.front()].out].shape;
+  for (size_t k = 1; k < tail->nodes.size(); ++k) add(t, tail->nodes[k]);
+  Candidate& rest = cands_[cj];  // open() may have moved the vector
+  rest.nodes.erase(std::remove_if(rest.nodes.begin(), rest.nodes.end(),
+                                  [&](int32_t m) { return member_[m] == t; }),
+                   rest.nodes.end());
+  return t;
+}
+
+void Fuser::reattach_gemm_tail(int32_t cj, int32_t t) {
+  for (int32_t m : cands_[t].nodes) member_[m] = cj;
+  Candidate& c = cands_[cj];
+  c.nodes.insert(c.nodes.end(), cands_[t].nodes.begin(), cands_[t].nodes.end());
+  std::sort(c.nodes.begin(), c.nodes.end());
+  cands_[t].nodes.clear();
 }
 
 }  // namespace ember::jit::fusion

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "graph_builders.h"
 #include "jit/graph.h"
 #include "jit/lower.h"
 #include "jit/passes.h"
@@ -18,6 +19,7 @@
 
 using namespace ember;
 using namespace ember::jit;
+using graph_test::write_inplace;
 
 namespace {
 
@@ -137,6 +139,46 @@ TEST_CASE("fusion: a product takes a pointwise tail the GPU lowering runs after 
     REQUIRE(gemms.size() == 1);
     CHECK(has(gemms[0]->outputs, l.p));
     CHECK(*gemm_group_epilogue(l.g, *gemms[0]) == "NONE");  // the bias cannot fold: p is needed
+  }
+}
+
+TEST_CASE("fusion: a pointwise chain reading a product's unfolded tail takes the tail", "[jit]") {
+  // dh = r + mm(d, W) (not a row bias: no GEMM epilogue folds it); u = dh * q; then a chain
+  // c = q * q, e = u * (c - q). Without the rule: the GEMM, the tail's kernel, the chain's kernel.
+  // With a write of r between the tail and the chain, moving the tail there would read the new r.
+  const bool write_between = GENERATE(false, true);
+  Graph g;
+  const ValueId d = g.add_input(randn({8, 40}), 0);
+  const ValueId w = g.add_state(randn({40, 6}));
+  const ValueId r = g.add_input(randn({8, 6}), 1);
+  const ValueId q = g.add_input(randn({8, 6}), 2);
+  const ValueId one = g.add_constant(ones({}));
+  const ValueId p = g.append(OpId::mm, {d, w});
+  const ValueId dh = g.append(OpId::add, {r, p});
+  const ValueId u = g.append(OpId::mul, {dh, q});
+  if (write_between) write_inplace(g, OpId::add, {r, one}, r);  // r += 1
+  const ValueId c = g.append(OpId::mul, {q, q});
+  const ValueId diff = g.append(OpId::sub, {c, q});
+  const ValueId e = g.append(OpId::mul, {u, diff});
+  g.outputs = {e};
+  on_gpu(g);
+  fuse(g);
+  INFO("write between: " << write_between);
+  const std::vector<const Group*> gemm = groups_of(g, GroupKind::GemmEpilogue);
+  const std::vector<const Group*> chain = groups_of(g, GroupKind::Pointwise);
+  REQUIRE(chain.size() == 1);
+  if (!write_between) {
+    // The product runs as itself; one kernel computes the tail and the chain from it.
+    CHECK(gemm.empty());
+    CHECK(chain[0]->nodes.size() == 5);
+    CHECK(has(chain[0]->inputs, p));
+    CHECK(chain[0]->outputs == std::vector<ValueId>{e});
+  } else {
+    REQUIRE(gemm.size() == 1);
+    CHECK(gemm[0]->nodes.size() == 3);  // mm, add, mul: the tail stayed
+    CHECK(has(gemm[0]->outputs, u));
+    CHECK(chain[0]->nodes.size() == 3);
+    CHECK(has(chain[0]->inputs, u));
   }
 }
 
