@@ -82,6 +82,7 @@ class PointwiseLowering final : public LoweredGroup {
       b.slot = ctx.slots[o.value];
       b.word = o.slot;
       b.bytes = o.elem_size;
+      b.offset_bytes = static_cast<uintptr_t>(o.elem_offset * o.elem_size);
       b.align_mask = o.vec_align > 0 ? static_cast<uintptr_t>(o.vec_align - 1) : 0;
       (o.scalar ? scalars_ : pointers_).push_back(std::move(b));
     }
@@ -92,7 +93,7 @@ class PointwiseLowering final : public LoweredGroup {
     if (kernel_.numel == 0) return;
     uintptr_t misaligned = 0;
     for (const Bound& b : pointers_) {
-      const auto p = reinterpret_cast<uintptr_t>(b.slot->data());
+      const auto p = reinterpret_cast<uintptr_t>(b.slot->data()) + b.offset_bytes;
       words_[b.word] = static_cast<uint64_t>(p);
       misaligned |= p & b.align_mask;
     }
@@ -117,6 +118,7 @@ class PointwiseLowering final : public LoweredGroup {
     std::shared_ptr<TensorImpl> slot;
     int32_t word = 0;
     int64_t bytes = 0;
+    uintptr_t offset_bytes = 0;  // a cat piece's place in the cat's result
     uintptr_t align_mask = 0;
   };
 

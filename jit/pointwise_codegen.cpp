@@ -72,6 +72,20 @@ bool is_member_output(const Graph& g, const Group& grp, ValueId v) {
   return false;
 }
 
+// The cat that ends the group, or null.
+const Node* trailing_cat(const Graph& g, const Group& grp) {
+  if (grp.nodes.empty()) return nullptr;
+  const Node& n = g.nodes[grp.nodes.back()];
+  return n.op == OpId::cat ? &n : nullptr;
+}
+
+// The cat's dim, counted from the front.
+int cat_dim(const Graph& g, const Node& cat) {
+  const int rank = g.values[cat.out].shape.size();
+  const auto d = static_cast<int>(cat.attrs.dim);
+  return d < 0 ? d + rank : d;
+}
+
 // Whether the dtypes of `n` are a combination the eager kernel accepts (pointwise.cu).
 bool dtypes_ok(const Graph& g, const Node& n, std::string& why) {
   const OpInfo& info = op_info(n.op);
@@ -165,7 +179,9 @@ class Writer {
   struct Op {
     FusedOperand info;
     DType dtype = kFloat32;
-    std::string param;  // its name in body(): x<k> for inputs, y<k> for outputs
+    std::string param;          // its name in body(): x<k> for inputs, y<k> for outputs
+    ValueId source = kNoValue;  // an output: the member result it stores
+    Strides strides;            // an output: where its elements go
   };
 
   void collect_operands() {
@@ -189,7 +205,26 @@ class Writer {
       o.info.elem_size = element_size(o.dtype);
       ops_.push_back(std::move(o));
     };
-    for (ValueId o : grp_.outputs) add(o, true, false);
+    const Node* cat = trailing_cat(g_, grp_);
+    for (ValueId o : grp_.outputs) {
+      if (!cat || o != cat->out) {
+        add(o, true, false);
+        ops_.back().source = o;
+        ops_.back().strides = g_.values[o].strides;
+        continue;
+      }
+      // Each piece of the cat: an output into the cat's result, from the piece's start on.
+      const Value& whole = g_.values[o];
+      const int d = cat_dim(g_, *cat);
+      int64_t at = 0;
+      for (ValueId piece : cat->inputs) {
+        add(o, true, false);
+        ops_.back().source = piece;
+        ops_.back().strides = whole.strides;
+        ops_.back().info.elem_offset = at * whole.strides[d];
+        at += g_.values[piece].shape[d];
+      }
+    }
     for (ValueId v : inputs) add(v, false, false);
     for (ValueId v : scalars) add(v, false, true);
     int32_t nx = 0, ny = 0;
@@ -202,7 +237,8 @@ class Writer {
     std::vector<Strides> st;
     for (int32_t k = 0; k < pointers_; ++k) {
       const Value& v = g_.values[ops_[k].info.value];
-      st.push_back(ops_[k].info.output ? v.strides : broadcast_strides(v.shape, v.strides, shape_));
+      st.push_back(ops_[k].info.output ? ops_[k].strides
+                                       : broadcast_strides(v.shape, v.strides, shape_));
     }
     space_ = coalesce(shape_, st);
     // 32-bit indexing when the linear index and every offset fit (and no stride is negative).
@@ -272,8 +308,10 @@ class Writer {
     std::ostringstream os;
     for (size_t i = 0; i < grp_.nodes.size(); ++i)
       os << (i ? ", " : "") << op_name(g_.nodes[grp_.nodes[i]].op);
-    os << " over " << shape_.str() << " (" << ops_.size() - grp_.outputs.size() << " in, "
-       << grp_.outputs.size() << " out";
+    int64_t outs = 0;
+    for (const Op& o : ops_) outs += o.info.output ? 1 : 0;
+    os << " over " << shape_.str() << " (" << static_cast<int64_t>(ops_.size()) - outs << " in, "
+       << outs << " out";
     if (vec_) os << ", vec " << vec_;
     os << ")";
     return os.str();
@@ -311,6 +349,7 @@ class Writer {
     };
     for (int32_t ni : grp_.nodes) {
       const Node& n = g_.nodes[ni];
+      if (n.op == OpId::cat) continue;  // the trailing cat: its pieces are stored in place
       const DType out = g_.values[n.out].dtype;
       std::string args;
       for (size_t i = 0; i < n.inputs.size(); ++i) args += (i ? ", " : "") + name(n.inputs[i]);
@@ -330,11 +369,11 @@ class Writer {
       const bool kept = out == kFloat32 || out == kFloat64 || out == kInt32 || out == kInt64;
       if (kept && std::count(read_inside.begin(), read_inside.end(), n.out) > 0)
         expr = "fp::keep(" + expr + ")";
-      os << "  const " << cuda_storage_type(out) << " " << local(n.out) << " = " << expr
-         << ";  // " << op_name(n.op) << "\n";
+      os << "  const " << cuda_storage_type(out) << " " << local(n.out) << " = " << expr << ";  // "
+         << op_name(n.op) << "\n";
     }
     for (const Op& o : ops_)
-      if (o.info.output) os << "  " << o.param << " = " << local(o.info.value) << ";\n";
+      if (o.info.output) os << "  " << o.param << " = " << local(o.source) << ";\n";
     os << "}\n\n";
   }
 
@@ -491,8 +530,33 @@ bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string*
   const Device dev = first.device;
   const Shape& shape = first.shape;
   if (!dev.is_cuda()) return fail("the group computes on " + dev.str());
+  const Node* cat = trailing_cat(g, group);
+  if (cat) {
+    if (group.nodes.size() < 2) return fail("a cat alone");
+    if (cat->inplace || cat->out == kNoValue || cat->inputs.empty())
+      return fail("a cat that defines no new value");
+    const Value& whole = g.values[cat->out];
+    const int d = cat_dim(g, *cat);
+    if (whole.device != dev || whole.shape.size() != shape.size() || d < 0 || d >= shape.size())
+      return fail("a cat of another device or rank");
+    for (size_t k = 0; k < cat->inputs.size(); ++k) {
+      const ValueId piece = cat->inputs[k];
+      const Value& pv = g.values[piece];
+      if (piece == cat->out || !is_member_output(g, group, piece))
+        return fail("a cat of a value the group does not compute");
+      if (std::find(cat->inputs.begin(), cat->inputs.begin() + static_cast<int64_t>(k), piece) !=
+          cat->inputs.begin() + static_cast<int64_t>(k))
+        return fail("a cat reading one piece twice");
+      if (pv.shape != shape || pv.dtype != whole.dtype)
+        return fail("a cat piece " + value_type_str(pv) + " differs from the group's " +
+                    value_type_str(first) + " or the cat's dtype");
+      if (std::find(group.outputs.begin(), group.outputs.end(), piece) != group.outputs.end())
+        return fail("a cat piece needed after the group");
+    }
+  }
   for (int32_t ni : group.nodes) {
     const Node& n = g.nodes[ni];
+    if (cat && &n == cat) continue;
     const OpKind kind = op_info(n.op).kind;
     const std::string op(op_name(n.op));
     if (kind != OpKind::Unary && kind != OpKind::Binary && kind != OpKind::Ternary)

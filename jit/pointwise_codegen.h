@@ -27,6 +27,9 @@ struct FusedOperand {
   int32_t slot = 0;       // index of its 64-bit word in the argument block
   int64_t elem_size = 0;  // bytes per element
   int64_t vec_align = 0;  // bytes its address must be aligned to for the vector kernel (0: any)
+  // An output written into part of its value (one piece of a cat the group ends with): its
+  // elements start this many elements past the value's own start.
+  int64_t elem_offset = 0;
 };
 
 struct FusedPointwiseKernel {
@@ -49,7 +52,9 @@ struct FusedPointwiseKernel {
 
 // Whether the generator handles `group`: a Pointwise group whose members are out-of-place
 // unary/binary/ternary ops on one CUDA device, in dtype combinations the eager kernels accept,
-// reading values on that device or 0-dim host tensors. On false, `why` (if given) says why.
+// reading values on that device or 0-dim host tensors, optionally ended by a cat of member
+// results of the group's shape (each piece is then stored straight into its place in the cat's
+// result, and the cat costs no kernel). On false, `why` (if given) says why.
 bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string* why = nullptr);
 
 // The kernel for a supported group (throws ember::Error otherwise).

@@ -318,7 +318,11 @@ Group Fuser::settle(int32_t ci) {
     if (log_enabled(Log::fusion))
       log(Log::fusion, std::string("not fused (") + group_kind_name(c.kind) + " from %" +
                            std::to_string(g_.nodes[c.nodes.front()].out) + "): " + why);
-    if (c.kind == GroupKind::GemmEpilogue && ends_in_reduction(c) && c.nodes.size() >= 3) {
+    if (c.kind == GroupKind::Pointwise && g_.nodes[c.nodes.back()].op == OpId::cat) {
+      member_[c.nodes.back()] = -1;  // the pieces without the cat (absorb_cat)
+      c.nodes.pop_back();
+      c.closed = false;
+    } else if (c.kind == GroupKind::GemmEpilogue && ends_in_reduction(c) && c.nodes.size() >= 3) {
       member_[c.nodes.back()] = -1;  // the product and its pointwise tail, without the reduction
       c.nodes.pop_back();
       c.closed = false;

@@ -54,6 +54,7 @@ class Fuser {
   void sink_loss_consumers();
   void pair_cross_entropy();
   void merge_cat_producers(int32_t i);
+  void absorb_cat(int32_t ci, int32_t i);
   // The tail a contraction's GEMM call does not fold, as a Pointwise candidate of its own (or
   // -1), so that a pointwise chain reading it can take it; and the way back.
   int32_t detach_gemm_tail(int32_t cj);

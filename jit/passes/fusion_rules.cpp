@@ -228,12 +228,41 @@ void Fuser::merge_cat_producers(int32_t i) {
         !cands_[ci].nodes.empty() && !contains(chains, ci))
       chains.push_back(ci);
   }
-  if (chains.size() < 2) return;
+  if (chains.empty()) return;
   const int32_t last = *std::max_element(chains.begin(), chains.end(), [&](int32_t a, int32_t b) {
     return cands_[a].nodes.back() < cands_[b].nodes.back();
   });
   for (int32_t cj : chains)
     if (cj != last && can_merge(last, cj)) merge(last, cj);
+  absorb_cat(last, i);
+}
+
+// On a GPU, a cat whose every piece is a result of candidate `ci` that nothing else reads ends
+// the candidate: its kernel stores each piece straight into its place in the cat's result
+// (jit/pointwise_codegen.h), and the cat's own copy kernel is gone (an LSTM backward step's gate
+// gradients, cut into the four gates and joined for the recurrent product). The candidate is
+// closed (the cat must stay its last member); a lowering that refuses it gets it back without
+// the cat (settle).
+void Fuser::absorb_cat(int32_t ci, int32_t i) {
+  Candidate& c = cands_[ci];
+  const Node& cat = g_.nodes[i];
+  if (c.kind != GroupKind::Pointwise || c.closed || c.nodes.empty() || !c.device.is_cuda() ||
+      cat.inplace || cat.out == kNoValue)
+    return;
+  std::vector<ValueId> seen;
+  for (ValueId in : cat.inputs) {
+    if (cand_of_value(in) != ci || contains(seen, in) || returned_[in]) return;
+    if (g_.values[in].shape != c.shape || g_.values[in].dtype != g_.values[cat.out].dtype) return;
+    // Read by the cat and the candidate's members alone: the piece need not exist in memory.
+    for (int32_t r : root_readers_[in])
+      if (r != i && member_[r] != ci) return;
+    for (const Node& n : g_.nodes)  // no view of the piece (a view would read its memory)
+      if (n.out != kNoValue && n.out != in && g_.values[n.out].root == in) return;
+    seen.push_back(in);
+  }
+  if (!can_add(ci, i)) return;
+  add(ci, i);
+  cands_[ci].closed = true;
 }
 
 // A contraction's tail that its GEMM call does not fold (anything past a row bias and relu) runs

@@ -228,8 +228,8 @@ TEST_CASE("codegen: where, comparisons and casts across dtypes, bool included", 
   CHECK_HAS(s, "fp::keep(ew::ComputeOp<pw::mul, int32_t, int32_t>");  // no overflow reasoning
   CHECK_HAS_NOT(s, "fp::keep(ew::ComputeOp<pw::gt");                  // bool needs nothing
   CHECK_HAS(s, "ew::CastOp<int64_t>{}");
-  CHECK_HAS(s, "bool& y0, int64_t& y1");  // both outputs, in the members' order
-  CHECK_HAS(s, "y0 = t0;");  // mask, the group's first member
+  CHECK_HAS(s, "bool& y0, int64_t& y1");             // both outputs, in the members' order
+  CHECK_HAS(s, "y0 = t0;");                          // mask, the group's first member
   CHECK_HAS(s, "ew::FromBits<float>::get(a.s[0])");  // the 0-dim host constant
   CHECK_HAS(s, "unsigned long long s[1];");
   // int32 and bool are vectors of 4 with the float32 operands; int64 limits V to 2.
@@ -250,7 +250,7 @@ TEST_CASE("codegen: 16-bit floats compute in float and round between members", "
     INFO(dtype_name(t));
     CHECK_HAS(s, "ew::ComputeOp<pw::mul, float, " + st + ">");
     CHECK_HAS(s, "const " + st + " t0 = ");  // intermediates held in the storage type
-    CHECK_HAS_NOT(s, "fp::keep");        // the conversion to 16 bits already rounds
+    CHECK_HAS_NOT(s, "fp::keep");            // the conversion to 16 bits already rounds
     CHECK_HAS(s, "ew::FromBits<" + st + ">::get(a.s[0])");
     CHECK(k.vec == 8);  // 16 bytes of 16-bit values
     check_compiles(k);
@@ -296,6 +296,52 @@ TEST_CASE("codegen: a member result read later and returned is stored once, used
   CHECK_HAS(s, "y0 = t0;");  // y is the group's first member
   CHECK_HAS(s, "ew::ComputeOp<pw::add, float, float>{pw::add{}}(t0, x0)");
   check_compiles(k);
+}
+
+TEST_CASE("codegen: a cat of member results stores each piece in its place", "[jit][codegen]") {
+  // A recurrent step's gate gradients: pieces of [8, 32] joined along dim 1 into [8, 96].
+  Builder b;
+  const ValueId x = b.input({8, 32});
+  const ValueId y = b.input({8, 32});
+  const ValueId p0 = b.op(OpId::mul, {x, y});
+  const ValueId p1 = b.op(OpId::sub, {x, y});
+  const ValueId p2 = b.op(OpId::tanh, {p0});
+  Attrs along;
+  along.dim = 1;
+  SECTION("the pieces are read by the cat alone: the cat is the group's last member") {
+    const ValueId c = b.op(OpId::cat, {p0, p1, p2}, along);
+    const Group& grp = b.fused({c});
+    CHECK(grp.nodes.size() == 4);
+    CHECK(grp.outputs == std::vector<ValueId>{c});
+    std::string why;
+    const bool ok = pointwise_codegen_supports(b.g, grp, &why);
+    INFO(why);
+    REQUIRE(ok);
+    const FusedPointwiseKernel k = generate_pointwise_kernel(b.g, grp);
+    const std::string& s = k.source;
+    REQUIRE(k.operands.size() == 5);  // three pieces, then x and y
+    for (int i = 0; i < 3; ++i) {
+      CHECK(k.operands[i].output);
+      CHECK(k.operands[i].value == c);
+      CHECK(k.operands[i].elem_offset == 32 * i);
+    }
+    CHECK(k.operands[3].value == x);
+    CHECK(k.operands[3].elem_offset == 0);
+    CHECK_HAS(s, "y0 = t0;");
+    CHECK_HAS(s, "y1 = t1;");
+    CHECK_HAS(s, "y2 = t2;");
+    CHECK_HAS(s, "* 96");  // a piece's rows are the cat's rows apart
+    CHECK(k.vec == 4);
+    check_compiles(k);
+  }
+  SECTION("a piece also returned: the cat stays a kernel of its own") {
+    const ValueId c = b.op(OpId::cat, {p0, p1, p2}, along);
+    b.g.outputs = {c, p1};
+    fuse(b.g);
+    REQUIRE(b.g.groups.size() == 1);
+    CHECK(b.g.groups[0].nodes.size() == 3);
+    CHECK(b.g.nodes[static_cast<size_t>(b.g.groups[0].nodes.back())].op != OpId::cat);
+  }
 }
 
 TEST_CASE("codegen: groups computing the same thing emit the same source, whatever their value ids",
@@ -593,6 +639,14 @@ TEST_CASE("codegen: generated kernels match eager bit for bit, per fusion patter
                                    randint(-9, 9, {96, 80}, TensorOptions(kInt32).device(kGpu)),
                                    gpu_randn({96, 80})};
       });
+
+  lowered_matches_eager(
+      "pieces stored into their cat's result, along rows and columns",
+      [](const Tensor& a, const Tensor& b, const Tensor& c) -> std::vector<Tensor> {
+        const Tensor s = sigmoid(a) * b;
+        return {cat({s, tanh(a) - c, s * c}, 1), cat({a * b, b - c}, 0)};
+      },
+      three_2d);
 
   lowered_matches_eager(
       "0-dim host constants",
