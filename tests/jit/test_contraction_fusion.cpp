@@ -15,6 +15,7 @@
 #include "jit/graph.h"
 #include "jit/lower.h"
 #include "jit/passes.h"
+#include "jit/tracer.h"
 #include "test_util.h"
 
 using namespace ember;
@@ -551,3 +552,44 @@ TEST_CASE("fusion: a SiLU / LayerNorm / Mish network gets the same fusion as the
 }
 
 #endif  // EMBER_WITH_CUDA
+
+// An LSTM's traced training step, fused as it would be on a GPU (the graph's devices set to
+// cuda:0; fusion only asks the host-side analysis of the lowering): per time step the forward
+// is the recurrent GEMM with its bias and one gate kernel, the backward one gate-gradient kernel
+// that takes the hidden-state gradient's tail and stores the four gate gradients in place of
+// their cat, and the recurrent product alone. No tail kernel after a GEMM, no cat of the gates.
+TEST_CASE("fusion: an LSTM step on a GPU runs four kernels per time step", "[jit]") {
+  manual_seed(21);
+  const int64_t T = 5, B = 3, I = 4, H = 8;
+  nn::LSTM lstm(nn::LSTMOptions(I, H));
+  const Tensor x = randn({T, B, I});
+  Graph g;
+  {
+    Tracer tracer(true);
+    tracer.add_input(x, 0);
+    Tensor out = std::get<0>(lstm->forward(x));
+    Tensor loss = sum(out * out);
+    loss.backward();
+    tracer.finish({loss});
+    REQUIRE(!tracer.broken());
+    g = std::move(tracer.graph());
+  }
+  on_gpu(g);
+  optimize(g);
+  INFO(g.str());
+  int tails = 0, gate_kernels = 0, cats_in_groups = 0, lone_gate_cats = 0;
+  for (const Group& grp : g.groups) {
+    if (grp.kind == GroupKind::GemmEpilogue && gemm_tail_group(g, grp)) ++tails;
+    if (grp.kind != GroupKind::Pointwise) continue;
+    if (g.values[g.nodes[static_cast<size_t>(grp.nodes.front())].out].shape == Shape{B, H})
+      ++gate_kernels;
+    cats_in_groups += g.nodes[static_cast<size_t>(grp.nodes.back())].op == OpId::cat;
+  }
+  for (const Node& n : g.nodes)
+    if (n.op == OpId::cat && n.group < 0 && g.values[n.out].shape == Shape{B, 4 * H})
+      ++lone_gate_cats;
+  CHECK(tails == 0);
+  CHECK(lone_gate_cats == 0);
+  CHECK(cats_in_groups >= T - 1);    // the first step's gradient may have no cat to store into
+  CHECK(gate_kernels <= 2 * T + 1);  // forward and backward gate kernels, per step
+}
