@@ -64,8 +64,9 @@ void split_sliced_pointwise(Graph& g) {
     // of its memory, each slice read (by name) by pointwise nodes only.
     const std::vector<int32_t> rs = by_name[out];
     if (rs.empty() || static_cast<int32_t>(rs.size()) != views[out]) continue;
-    bool ok = true;
-    const int64_t dim = g.nodes[rs[0]].attrs.dim;
+    const int rank = g.values[out].shape.size();
+    const int64_t dim = g.nodes[rs[0]].attrs.dim;  // Tensor::slice records it wrapped
+    bool ok = dim >= 0 && dim < rank;
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (int32_t r : rs) {
       const Node& s = g.nodes[r];
@@ -75,6 +76,7 @@ void split_sliced_pointwise(Graph& g) {
       for (int32_t c : by_name[s.out]) ok = ok && is_pointwise(g.nodes[c]);
       const Value& sv = g.values[s.out];
       const int64_t begin = s.attrs.start, len = sv.shape[static_cast<int>(dim)];
+      ok = ok && begin >= 0;  // and clamped: Tensor::slice records the bounds it used
       for (const auto& [b, l] : ranges) ok = ok && (begin + len <= b || b + l <= begin);
       ranges.emplace_back(begin, len);
     }
@@ -82,7 +84,6 @@ void split_sliced_pointwise(Graph& g) {
 
     // The new nodes, built at the end of the list and moved before node i.
     const size_t first_new = g.nodes.size();
-    const int rank = g.values[out].shape.size();
     std::vector<std::pair<ValueId, ValueId>> renames;  // slice result -> its new computation
     for (int32_t r : rs) {
       const Attrs cut = g.nodes[r].attrs;
