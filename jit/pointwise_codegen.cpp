@@ -72,11 +72,20 @@ bool is_member_output(const Graph& g, const Group& grp, ValueId v) {
   return false;
 }
 
-// The cat that ends the group, or null.
-const Node* trailing_cat(const Graph& g, const Group& grp) {
-  if (grp.nodes.empty()) return nullptr;
-  const Node& n = g.nodes[grp.nodes.back()];
-  return n.op == OpId::cat ? &n : nullptr;
+// The cats that end the group (a GRU's gate gradients go into two: the input's and the hidden
+// state's), in member order; empty when the group ends otherwise.
+std::vector<const Node*> trailing_cats(const Graph& g, const Group& grp) {
+  size_t k = grp.nodes.size();
+  while (k > 0 && g.nodes[grp.nodes[k - 1]].op == OpId::cat) --k;
+  std::vector<const Node*> cats;
+  for (size_t j = k; j < grp.nodes.size(); ++j) cats.push_back(&g.nodes[grp.nodes[j]]);
+  return cats;
+}
+
+const Node* cat_of(const std::vector<const Node*>& cats, ValueId out) {
+  for (const Node* c : cats)
+    if (c->out == out) return c;
+  return nullptr;
 }
 
 // The cat's dim, counted from the front.
@@ -205,9 +214,10 @@ class Writer {
       o.info.elem_size = element_size(o.dtype);
       ops_.push_back(std::move(o));
     };
-    const Node* cat = trailing_cat(g_, grp_);
+    const std::vector<const Node*> cats = trailing_cats(g_, grp_);
     for (ValueId o : grp_.outputs) {
-      if (!cat || o != cat->out) {
+      const Node* cat = cat_of(cats, o);
+      if (!cat) {
         add(o, true, false);
         ops_.back().source = o;
         ops_.back().strides = g_.values[o].strides;
@@ -530,9 +540,9 @@ bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string*
   const Device dev = first.device;
   const Shape& shape = first.shape;
   if (!dev.is_cuda()) return fail("the group computes on " + dev.str());
-  const Node* cat = trailing_cat(g, group);
-  if (cat) {
-    if (group.nodes.size() < 2) return fail("a cat alone");
+  const std::vector<const Node*> cats = trailing_cats(g, group);
+  if (cats.size() >= group.nodes.size()) return fail("cats alone");
+  for (const Node* cat : cats) {
     if (cat->inplace || cat->out == kNoValue || cat->inputs.empty())
       return fail("a cat that defines no new value");
     const Value& whole = g.values[cat->out];
@@ -542,7 +552,7 @@ bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string*
     for (size_t k = 0; k < cat->inputs.size(); ++k) {
       const ValueId piece = cat->inputs[k];
       const Value& pv = g.values[piece];
-      if (piece == cat->out || !is_member_output(g, group, piece))
+      if (!is_member_output(g, group, piece) || cat_of(cats, piece))
         return fail("a cat of a value the group does not compute");
       if (std::find(cat->inputs.begin(), cat->inputs.begin() + static_cast<int64_t>(k), piece) !=
           cat->inputs.begin() + static_cast<int64_t>(k))
@@ -556,7 +566,7 @@ bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string*
   }
   for (int32_t ni : group.nodes) {
     const Node& n = g.nodes[ni];
-    if (cat && &n == cat) continue;
+    if (n.op == OpId::cat && cat_of(cats, n.out)) continue;
     const OpKind kind = op_info(n.op).kind;
     const std::string op(op_name(n.op));
     if (kind != OpKind::Unary && kind != OpKind::Binary && kind != OpKind::Ternary)

@@ -52,9 +52,9 @@ struct FusedPointwiseKernel {
 
 // Whether the generator handles `group`: a Pointwise group whose members are out-of-place
 // unary/binary/ternary ops on one CUDA device, in dtype combinations the eager kernels accept,
-// reading values on that device or 0-dim host tensors, optionally ended by a cat of member
-// results of the group's shape (each piece is then stored straight into its place in the cat's
-// result, and the cat costs no kernel). On false, `why` (if given) says why.
+// reading values on that device or 0-dim host tensors, optionally ended by cats of member
+// results of the group's shape (each piece is then stored straight into its place in each cat's
+// result, and the cats cost no kernel). On false, `why` (if given) says why.
 bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string* why = nullptr);
 
 // The kernel for a supported group (throws ember::Error otherwise).

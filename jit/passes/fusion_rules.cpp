@@ -228,7 +228,13 @@ void Fuser::merge_cat_producers(int32_t i) {
         !cands_[ci].nodes.empty() && !contains(chains, ci))
       chains.push_back(ci);
   }
-  if (chains.empty()) return;
+  if (chains.empty()) {  // every piece from one candidate already closed by a cat over them
+    if (!g_.nodes[i].inputs.empty()) {
+      const int32_t owner = cand_of_value(g_.nodes[i].inputs[0]);
+      if (owner >= 0) absorb_cat(owner, i);
+    }
+    return;
+  }
   const int32_t last = *std::max_element(chains.begin(), chains.end(), [&](int32_t a, int32_t b) {
     return cands_[a].nodes.back() < cands_[b].nodes.back();
   });
@@ -246,16 +252,20 @@ void Fuser::merge_cat_producers(int32_t i) {
 void Fuser::absorb_cat(int32_t ci, int32_t i) {
   Candidate& c = cands_[ci];
   const Node& cat = g_.nodes[i];
-  if (c.kind != GroupKind::Pointwise || c.closed || c.nodes.empty() || !c.device.is_cuda() ||
-      cat.inplace || cat.out == kNoValue)
+  // Closed only by the cats it already took: it may take another over the same pieces.
+  const bool ends_in_cat = !c.nodes.empty() && g_.nodes[c.nodes.back()].op == OpId::cat;
+  if (c.kind != GroupKind::Pointwise || (c.closed && !ends_in_cat) || c.nodes.empty() ||
+      !c.device.is_cuda() || cat.inplace || cat.out == kNoValue)
     return;
   std::vector<ValueId> seen;
   for (ValueId in : cat.inputs) {
     if (cand_of_value(in) != ci || contains(seen, in) || returned_[in]) return;
     if (g_.values[in].shape != c.shape || g_.values[in].dtype != g_.values[cat.out].dtype) return;
-    // Read by the cat and the candidate's members alone: the piece need not exist in memory.
+    // Read by the candidate's members and cats alone: the piece need not exist in memory (a cat
+    // that is not taken in the end makes the piece a group output, which the lowering refuses;
+    // settle then gives the cats back).
     for (int32_t r : root_readers_[in])
-      if (r != i && member_[r] != ci) return;
+      if (r != i && member_[r] != ci && g_.nodes[r].op != OpId::cat) return;
     for (const Node& n : g_.nodes)  // no view of the piece (a view would read its memory)
       if (n.out != kNoValue && n.out != in && g_.values[n.out].root == in) return;
     seen.push_back(in);

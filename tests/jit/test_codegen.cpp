@@ -334,6 +334,28 @@ TEST_CASE("codegen: a cat of member results stores each piece in its place", "[j
     CHECK(k.vec == 4);
     check_compiles(k);
   }
+  SECTION("two cats sharing pieces (a GRU's input and hidden gate gradients): both in place") {
+    const ValueId p3 = b.op(OpId::neg, {p1});
+    const ValueId c = b.op(OpId::cat, {p0, p1, p2}, along);
+    const ValueId d = b.op(OpId::cat, {p0, p1, p3}, along);
+    const Group& grp = b.fused({c, d});
+    CHECK(grp.nodes.size() == 6);
+    CHECK(grp.outputs == std::vector<ValueId>{c, d});
+    std::string why;
+    const bool ok = pointwise_codegen_supports(b.g, grp, &why);
+    INFO(why);
+    REQUIRE(ok);
+    const FusedPointwiseKernel k = generate_pointwise_kernel(b.g, grp);
+    REQUIRE(k.operands.size() == 8);  // three pieces of each cat, then x and y
+    for (int i = 0; i < 6; ++i) {
+      CHECK(k.operands[i].output);
+      CHECK(k.operands[i].value == (i < 3 ? c : d));
+      CHECK(k.operands[i].elem_offset == 32 * (i % 3));
+    }
+    CHECK_HAS(k.source, "y3 = t0;");  // p0 again, into the second cat
+    CHECK_HAS(k.source, "y5 = t3;");  // p3, the second cat's own piece
+    check_compiles(k);
+  }
   SECTION("a piece also returned: the cat stays a kernel of its own") {
     const ValueId c = b.op(OpId::cat, {p0, p1, p2}, along);
     b.g.outputs = {c, p1};

@@ -593,3 +593,38 @@ TEST_CASE("fusion: an LSTM step on a GPU runs four kernels per time step", "[jit
   CHECK(cats_in_groups >= T - 1);    // the first step's gradient may have no cat to store into
   CHECK(gate_kernels <= 2 * T + 1);  // forward and backward gate kernels, per step
 }
+
+TEST_CASE("fusion: a GRU step on a GPU has no GEMM tail kernel and no lone gate cat", "[jit]") {
+  // Each backward step joins the gate gradients twice: for the input projection's weight (the
+  // candidate state's part as it is) and for the hidden state's (that part times the reset gate).
+  manual_seed(22);
+  const int64_t T = 5, B = 3, I = 4, H = 8;
+  nn::GRU gru(nn::GRUOptions(I, H));
+  const Tensor x = randn({T, B, I});
+  Graph g;
+  {
+    Tracer tracer(true);
+    tracer.add_input(x, 0);
+    Tensor out = std::get<0>(gru->forward(x));
+    Tensor loss = sum(out * out);
+    loss.backward();
+    tracer.finish({loss});
+    REQUIRE(!tracer.broken());
+    g = std::move(tracer.graph());
+  }
+  on_gpu(g);
+  optimize(g);
+  INFO(g.str());
+  int tails = 0, cats_in_groups = 0, lone_gate_cats = 0;
+  for (const Group& grp : g.groups) {
+    if (grp.kind == GroupKind::GemmEpilogue && gemm_tail_group(g, grp)) ++tails;
+    if (grp.kind != GroupKind::Pointwise) continue;
+    for (int32_t m : grp.nodes) cats_in_groups += g.nodes[static_cast<size_t>(m)].op == OpId::cat;
+  }
+  for (const Node& n : g.nodes)
+    if (n.op == OpId::cat && n.group < 0 && g.values[n.out].shape == Shape{B, 3 * H})
+      ++lone_gate_cats;
+  CHECK(tails == 0);
+  CHECK(lone_gate_cats == 0);
+  CHECK(cats_in_groups >= 2 * (T - 1));
+}
