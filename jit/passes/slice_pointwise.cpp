@@ -17,15 +17,10 @@
 
 #include "core/dispatch.h"
 #include "jit/passes.h"
+#include "jit/passes/fusion.h"
 
 namespace ember::jit {
 namespace {
-
-bool is_pointwise(const Node& n) {
-  const OpKind k = op_info(n.op).kind;
-  return (k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Ternary) && !n.inplace &&
-         n.out != kNoValue;
-}
 
 bool is_plain_slice(const Node& n) {
   return n.op == OpId::slice && !n.inplace && n.out != kNoValue && n.inputs.size() == 1 &&
@@ -57,7 +52,7 @@ void split_sliced_pointwise(Graph& g) {
   bool any = false;
   for (size_t i = 0; i < nn; ++i) {
     const Node n = g.nodes[i];  // a copy: appends below may move the vector
-    if (!is_pointwise(n)) continue;
+    if (!fusion::is_pointwise_node(n)) continue;
     const ValueId out = n.out;
     if (g.values[out].root != out || named[out] || written[out]) continue;
     // Every reader a plain slice of `out` along one dim, the slices disjoint and the only views
@@ -73,7 +68,7 @@ void split_sliced_pointwise(Graph& g) {
       ok = ok && is_plain_slice(s) && s.inputs[0] == out && s.attrs.dim == dim && !named[s.out] &&
            !by_name[s.out].empty();
       if (!ok) break;
-      for (int32_t c : by_name[s.out]) ok = ok && is_pointwise(g.nodes[c]);
+      for (int32_t c : by_name[s.out]) ok = ok && fusion::is_pointwise_node(g.nodes[c]);
       const Value& sv = g.values[s.out];
       const int64_t begin = s.attrs.start, len = sv.shape[static_cast<int>(dim)];
       ok = ok && begin >= 0;  // and clamped: Tensor::slice records the bounds it used
