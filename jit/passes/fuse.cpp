@@ -177,10 +177,7 @@ void Fuser::place_pointwise(int32_t i) {
         if (cands_[cj].kind == GroupKind::Pointwise) {
           if (can_merge(ci, cj)) merge(ci, cj);
         } else if (const int32_t t = detach_gemm_tail(cj); t >= 0) {
-          if (can_merge(ci, t))
-            merge(ci, t);
-          else
-            reattach_gemm_tail(cj, t);
+          merge(can_merge(ci, t) ? ci : cj, t);
         }
       }
       return;

@@ -56,9 +56,8 @@ class Fuser {
   void merge_cat_producers(int32_t i);
   void absorb_cat(int32_t ci, int32_t i);
   // The tail a contraction's GEMM call does not fold, as a Pointwise candidate of its own (or
-  // -1), so that a pointwise chain reading it can take it; and the way back.
+  // -1), so that a pointwise chain reading it can take it (else merge() gives it back).
   int32_t detach_gemm_tail(int32_t cj);
-  void reattach_gemm_tail(int32_t cj, int32_t t);
   // A sum of a product alone, over leading dims, as a Reduction candidate of its own.
   bool lone_column_sum(const Node& n) const;
   // Pointwise candidates of a reduction's shape that read what it reads join it.

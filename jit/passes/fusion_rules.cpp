@@ -264,10 +264,9 @@ void Fuser::absorb_cat(int32_t ci, int32_t i) {
     // Read by the candidate's members and cats alone: the piece need not exist in memory (a cat
     // that is not taken in the end makes the piece a group output, which the lowering refuses;
     // settle then gives the cats back).
+    // A view of the piece reads its memory too, so it is one of these readers.
     for (int32_t r : root_readers_[in])
       if (r != i && member_[r] != ci && g_.nodes[r].op != OpId::cat) return;
-    for (const Node& n : g_.nodes)  // no view of the piece (a view would read its memory)
-      if (n.out != kNoValue && n.out != in && g_.values[n.out].root == in) return;
     seen.push_back(in);
   }
   if (!can_add(ci, i)) return;
@@ -280,8 +279,8 @@ void Fuser::absorb_cat(int32_t ci, int32_t i) {
 // that tail, the tail can run inside the chain's kernel instead, reading the product where the
 // GEMM left it: one launch and one round trip of the tail's results fewer (an LSTM's backward
 // step: the hidden state's gradient, a product plus the incoming gradient, feeds the gate
-// arithmetic). The tail leaves the contraction as a Pointwise candidate; the caller merges it or
-// gives it back (reattach_gemm_tail). Returns that candidate, or -1 when there is no such tail.
+// arithmetic). The tail leaves the contraction as a Pointwise candidate; the caller merges it
+// into the chain or back into the contraction. Returns that candidate, or -1 when there is none.
 int32_t Fuser::detach_gemm_tail(int32_t cj) {
   const Candidate& c = cands_[cj];
   if (c.kind != GroupKind::GemmEpilogue || c.closed || c.nodes.size() < 2) return -1;
@@ -290,21 +289,12 @@ int32_t Fuser::detach_gemm_tail(int32_t cj) {
   for (int32_t m : tail->nodes)
     if (member_[m] != cj || !is_pointwise_node(g_.nodes[m])) return -1;
   const int32_t t = open(GroupKind::Pointwise, tail->nodes.front());
-  cands_[t].shape = g_.values[g_.nodes[tail->nodes.front()].out].shape;
   for (size_t k = 1; k < tail->nodes.size(); ++k) add(t, tail->nodes[k]);
   Candidate& rest = cands_[cj];  // open() may have moved the vector
   rest.nodes.erase(std::remove_if(rest.nodes.begin(), rest.nodes.end(),
                                   [&](int32_t m) { return member_[m] == t; }),
                    rest.nodes.end());
   return t;
-}
-
-void Fuser::reattach_gemm_tail(int32_t cj, int32_t t) {
-  for (int32_t m : cands_[t].nodes) member_[m] = cj;
-  Candidate& c = cands_[cj];
-  c.nodes.insert(c.nodes.end(), cands_[t].nodes.begin(), cands_[t].nodes.end());
-  std::sort(c.nodes.begin(), c.nodes.end());
-  cands_[t].nodes.clear();
 }
 
 }  // namespace ember::jit::fusion
