@@ -88,12 +88,8 @@ const Node* cat_of(const std::vector<const Node*>& cats, ValueId out) {
   return nullptr;
 }
 
-// The cat's dim, counted from the front.
-int cat_dim(const Graph& g, const Node& cat) {
-  const int rank = g.values[cat.out].shape.size();
-  const auto d = static_cast<int>(cat.attrs.dim);
-  return d < 0 ? d + rank : d;
-}
+// The cat's dim (recorded wrapped: core/ops.cpp).
+int cat_dim(const Node& cat) { return static_cast<int>(cat.attrs.dim); }
 
 // Whether the dtypes of `n` are a combination the eager kernel accepts (pointwise.cu).
 bool dtypes_ok(const Graph& g, const Node& n, std::string& why) {
@@ -225,7 +221,7 @@ class Writer {
       }
       // Each piece of the cat: an output into the cat's result, from the piece's start on.
       const Value& whole = g_.values[o];
-      const int d = cat_dim(g_, *cat);
+      const int d = cat_dim(*cat);
       int64_t at = 0;
       for (ValueId piece : cat->inputs) {
         add(o, true, false);
@@ -546,7 +542,7 @@ bool pointwise_codegen_supports(const Graph& g, const Group& group, std::string*
     if (cat->inplace || cat->out == kNoValue || cat->inputs.empty())
       return fail("a cat that defines no new value");
     const Value& whole = g.values[cat->out];
-    const int d = cat_dim(g, *cat);
+    const int d = cat_dim(*cat);
     if (whole.device != dev || whole.shape.size() != shape.size() || d < 0 || d >= shape.size())
       return fail("a cat of another device or rank");
     for (size_t k = 0; k < cat->inputs.size(); ++k) {
