@@ -43,7 +43,8 @@ inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 1
 // 16-bit layouts: SmallK with B's rows contiguous and N and B's row stride multiples of 4;
 // SmallN with A's rows and B's columns contiguous and K and both strides multiples of 4 (both
 // with fewer than kSmallGemm16MaxM rows: at 8192 rows cuBLASLt's tensor-core tiles were faster
-// than the many-rows kernels, bench/NOTES.md); Thin as for float32.
+// than the many-rows kernels, bench/NOTES.md); Thin as for float32 with K below
+// kSmallGemm16MaxM (at [10, 8192] x [8192, 512] bf16 cuBLASLt took 10.96 us, Thin 13.75).
 enum class SmallGemmKind : uint8_t { None, SmallK, SmallN, Tiled, Thin };
 inline constexpr int64_t kThinGemmMaxM = 16;
 inline constexpr int64_t kThinGemmMaxMN = int64_t{1} << 18;
@@ -91,7 +92,8 @@ inline SmallGemmKind small_gemm_kind(DType dtype, const GemmMatrix& a, const Gem
   if (M * N <= kTiledGemmMaxMNK / std::max<int64_t>(K, 1) &&
       small_gemm_fits(SmallGemmKind::Tiled, dtype, a, b))
     return SmallGemmKind::Tiled;
-  if (small_gemm_fits(SmallGemmKind::Thin, dtype, a, b)) return SmallGemmKind::Thin;
+  if (!(f16 && K >= kSmallGemm16MaxM) && small_gemm_fits(SmallGemmKind::Thin, dtype, a, b))
+    return SmallGemmKind::Thin;
   return SmallGemmKind::None;
 }
 
