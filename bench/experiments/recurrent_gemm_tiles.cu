@@ -51,7 +51,9 @@ void launch(const dev::SmallGemmArgs<float>& p, int slices, cudaStream_t s) {
   cl[0].val.clusterDim.z = used;
   cfg.attrs = cl;
   cfg.numAttrs = used > 1 ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, dev::tile_gemm_kernel<BM, BN, AK, BK>, p, slice, true));
+  // float4 loads only where every row start along the contiguous dimension is 16-byte aligned.
+  const bool vec = (AK ? p.a_rs : p.a_cs) % 4 == 0 && (BK ? p.b_cs : p.b_rs) % 4 == 0;
+  CK(cudaLaunchKernelEx(&cfg, dev::tile_gemm_kernel<BM, BN, AK, BK>, p, slice, vec));
 }
 
 template <int BM, int BN>

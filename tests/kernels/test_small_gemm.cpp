@@ -349,12 +349,14 @@ struct Mkn {
 // weight gradients (unsplit), and odd sizes that split k in 2, 3, 4 and 8 slices with partial
 // tiles, partial quads and a last slice shorter than the others; then Thin shapes: the
 // batch-8192 weight gradient of a 10-class layer, and odd ones (a partial last slice, one row,
-// a partial block of column quads).
+// a partial block of column quads); last, a recurrent layer's products at batch 64, whose few
+// output tiles the plan narrows (64x32).
 const Mkn kShapes[] = {{10, 8192, 512}, {3, 40003, 300}, {1, 70000, 512}, {16, 2100, 1000},
                        {64, 512, 10},   {8192, 512, 10}, {64, 10, 512},   {8192, 10, 512},
                        {7, 3, 5},       {1, 1, 1},       {5, 16, 16},     {33, 4096, 16},
                        {3, 17, 9},      {64, 784, 512},  {512, 64, 784},  {10, 64, 512},
-                       {37, 300, 45},   {3, 1000, 7},    {100, 129, 70},  {20, 203, 33}};
+                       {37, 300, 45},   {3, 1000, 7},    {100, 129, 70},  {20, 203, 33},
+                       {64, 1024, 256}, {64, 256, 768}};
 
 std::string shape_name(const Mkn& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
