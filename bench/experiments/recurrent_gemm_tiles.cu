@@ -51,6 +51,9 @@ void launch(const dev::SmallGemmArgs<float>& p, int slices, cudaStream_t s) {
   cl[0].val.clusterDim.z = used;
   cfg.attrs = cl;
   cfg.numAttrs = used > 1 ? 1 : 0;
+  if (used > 8)
+    CK(cudaFuncSetAttribute(dev::tile_gemm_kernel<BM, BN, AK, BK>,
+                            cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   // float4 loads only where every row start along the contiguous dimension is 16-byte aligned.
   const bool vec = (AK ? p.a_rs : p.a_cs) % 4 == 0 && (BK ? p.b_cs : p.b_rs) % 4 == 0;
   CK(cudaLaunchKernelEx(&cfg, dev::tile_gemm_kernel<BM, BN, AK, BK>, p, slice, vec));
@@ -80,13 +83,16 @@ int main() {
       {"mlp x W1^T     [64,784]x[784,512]", 64, 512, 784, true, true},
       {"mlp dh^T x     [512,64]x[64,784]", 512, 784, 64, false, false},
       {"mlp dlogits W2 [64,10]x[10,512]", 64, 512, 10, true, false},
+      {"cnn fc1 x W^T  [64,12544]x[12544,128]", 64, 128, 12544, true, true},
+      {"cnn fc1 dY W   [64,128]x[128,12544]", 64, 12544, 128, true, false},
+      {"cnn fc1 dY^T x [128,64]x[64,12544]", 128, 12544, 64, false, false},
   };
   const Tile tiles[] = {
       {16, 16, launch_any<16, 16>}, {16, 32, launch_any<16, 32>}, {32, 16, launch_any<32, 16>},
       {32, 32, launch_any<32, 32>}, {64, 16, launch_any<64, 16>}, {16, 64, launch_any<16, 64>},
       {32, 64, launch_any<32, 64>}, {64, 32, launch_any<64, 32>}, {64, 64, launch_any<64, 64>},
   };
-  const int splits[] = {1, 2, 4, 8};
+  const int splits[] = {1, 2, 4, 8, 16};  // 16: a non-portable cluster size (sm_90 allows it)
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::mt19937 rng(7);
