@@ -1,0 +1,340 @@
+// An experiment kept for its figures (bench/NOTES.md, twenty-seventh session): how fast can an
+// LSTM's time loop run as one persistent kernel, against the per-step kernels Ember's compiled
+// step runs today (the Tiled product, then a gate kernel, once per time step, in a CUDA graph)?
+// The lstm workload's sizes: batch 64, hidden 256, 32 time steps, the input projection
+// (x_t W_ih^T + biases) computed beforehand for all steps at once.
+//
+// Persistent forward: H / U blocks, block c owning hidden units [cU, cU + U); its 4U rows of
+// W_hh (gate g's row g H + u) stay in shared memory for the whole loop. Per time step a block
+// copies h_{t-1} into shared memory, thread (b, j) computes the four gate pre-activations of
+// row b, unit j (four dot products of length H), the cell update, and stores h_t, c_t and the
+// activated gates (the backward's inputs); then a grid-wide barrier. One launch, T barriers.
+// Persistent backward (the hidden-state chain only): thread (b, j) forms dG (four gates) from
+// dh, dc and the saved gates, stores dG_t, barrier, then dh_rec(b, j) = dG_t[b, :] . W_hh[:, u]
+// over the 4H gate columns (W_hh's U columns of the block in shared memory).
+// Baseline: per time step the library's Tiled kernel (64x64 tiles, 4 k slices as tile_plan
+// picks) and a one-thread-per-element gate kernel, T times, captured as one CUDA graph.
+// Each is timed over 20 replays / launches after a warm-up, median; the forward is checked
+// against a float64 host loop, the backward against a float64 host loop too.
+// Not part of the build (from the repository root):
+//   nvcc -O3 -arch=sm_90 -std=c++20 --expt-relaxed-constexpr -I. \
+//     -o /tmp/persistent_lstm bench/experiments/persistent_lstm.cu
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/tile_gemm.cuh"
+
+namespace cg = cooperative_groups;
+namespace dev = ember::kernels::cuda::dev;
+
+#define CK(x)                                                                        \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+constexpr int B = 64, H = 256, T = 32, G = 4 * H;
+
+__device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
+
+// xp [T][B][G], w [G][H] (PyTorch's weight_hh), hs/cs [T][B][H], act [T][B][G] (i, f, g, o
+// activated). h_{-1} = c_{-1} = 0.
+template <int U>
+__global__ void __launch_bounds__(B* U) persistent_forward(const float* __restrict__ xp,
+                                                          const float* __restrict__ w, float* hs,
+                                                          float* cs, float* act) {
+  extern __shared__ float sm[];
+  float* ws = sm;                  // [4U][H]: row g*U + j is w's row g*H + u0 + j
+  float* hp = sm + 4 * U * H;      // [B][H + 1]
+  const int u0 = blockIdx.x * U, tid = threadIdx.x, b = tid / U, j = tid % U;
+  for (int i = tid; i < 4 * U * H; i += B * U) {
+    const int r = i / H, k = i % H, g = r / U, jj = r % U;
+    ws[i] = w[(g * H + u0 + jj) * H + k];
+  }
+  cg::grid_group grid = cg::this_grid();
+  float c = 0.f;
+  for (int t = 0; t < T; ++t) {
+    float pre[4];
+#pragma unroll
+    for (int g = 0; g < 4; ++g) pre[g] = xp[(t * B + b) * G + g * H + u0 + j];
+    if (t > 0) {
+      const float* h = hs + (t - 1) * B * H;
+      for (int i = tid; i < B * H; i += B * U) hp[(i / H) * (H + 1) + i % H] = h[i];
+      __syncthreads();
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+      for (int k = 0; k < H; ++k) {
+        const float hv = hp[b * (H + 1) + k];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) acc[g] = fmaf(hv, ws[(g * U + j) * H + k], acc[g]);
+      }
+#pragma unroll
+      for (int g = 0; g < 4; ++g) pre[g] += acc[g];
+      __syncthreads();
+    }
+    const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
+    c = fg * c + ig * gg;
+    const float h = og * tanhf(c);
+    const int e = (t * B + b) * H + u0 + j;
+    hs[e] = h;
+    cs[e] = c;
+    float* a = act + (t * B + b) * G + u0 + j;
+    a[0] = ig;
+    a[H] = fg;
+    a[2 * H] = gg;
+    a[3 * H] = og;
+    grid.sync();
+  }
+}
+
+// dh_top [T][B][H]: the loss's gradient reaching each h_t from above; dg [T][B][G] out.
+template <int U>
+__global__ void __launch_bounds__(B* U)
+    persistent_backward(const float* __restrict__ dh_top, const float* __restrict__ w,
+                        const float* __restrict__ cs, const float* __restrict__ act, float* dg) {
+  extern __shared__ float sm[];
+  float* wc = sm;  // [G][U]: w's column u0 + j
+  const int u0 = blockIdx.x * U, tid = threadIdx.x, b = tid / U, j = tid % U;
+  for (int i = tid; i < G * U; i += B * U) wc[i] = w[(i / U) * H + u0 + i % U];
+  __syncthreads();
+  cg::grid_group grid = cg::this_grid();
+  float dh_rec = 0.f, dc = 0.f;
+  for (int t = T - 1; t >= 0; --t) {
+    const int e = (t * B + b) * H + u0 + j;
+    const float* a = act + (t * B + b) * G + u0 + j;
+    const float ig = a[0], fg = a[H], gg = a[2 * H], og = a[3 * H];
+    const float c = cs[e], c_prev = t > 0 ? cs[e - B * H] : 0.f;
+    const float dh = dh_top[e] + dh_rec, tc = tanhf(c);
+    dc = dc + dh * og * (1.f - tc * tc);
+    float* d = dg + (t * B + b) * G + u0 + j;
+    d[0] = dc * gg * ig * (1.f - ig);
+    d[H] = dc * c_prev * fg * (1.f - fg);
+    d[2 * H] = dc * ig * (1.f - gg * gg);
+    d[3 * H] = dh * tc * og * (1.f - og);
+    dc = dc * fg;
+    grid.sync();
+    if (t == 0) break;
+    const float* drow = dg + (t * B + b) * G;
+    float acc = 0.f;
+#pragma unroll 8
+    for (int q = 0; q < G; ++q) acc = fmaf(drow[q], wc[q * U + j], acc);
+    dh_rec = acc;
+  }
+}
+
+// Baseline gate kernel: one thread per (b, u); pre = product + xp_t.
+__global__ void gate_kernel(const float* __restrict__ prod, const float* __restrict__ xp_t,
+                            const float* __restrict__ c_prev, float* h, float* c, float* act) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B * H) return;
+  const int b = i / H, u = i % H;
+  float pre[4];
+  for (int g = 0; g < 4; ++g) pre[g] = xp_t[b * G + g * H + u] + (prod ? prod[b * G + g * H + u] : 0.f);
+  const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
+  const float cv = fg * (c_prev ? c_prev[i] : 0.f) + ig * gg;
+  c[i] = cv;
+  h[i] = og * tanhf(cv);
+  float* a = act + b * G + u;
+  a[0] = ig;
+  a[H] = fg;
+  a[2 * H] = gg;
+  a[3 * H] = og;
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main() {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> hxp(size_t(T) * B * G), hw(size_t(G) * H), hdt(size_t(T) * B * H);
+  for (auto& v : hxp) v = 0.5f * nd(rng);
+  for (auto& v : hw) v = nd(rng) / 16.f;  // ~ PyTorch's U(-1/sqrt(H), 1/sqrt(H)) scale
+  for (auto& v : hdt) v = 0.01f * nd(rng);
+
+  // float64 reference: forward, then the hidden-state chain backward.
+  std::vector<double> rh(size_t(T) * B * H), rc(size_t(T) * B * H), ra(size_t(T) * B * G);
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < B; ++b)
+      for (int u = 0; u < H; ++u) {
+        double pre[4];
+        for (int g = 0; g < 4; ++g) {
+          double s = hxp[(size_t(t) * B + b) * G + g * H + u];
+          if (t > 0)
+            for (int k = 0; k < H; ++k)
+              s += rh[(size_t(t - 1) * B + b) * H + k] * hw[size_t(g * H + u) * H + k];
+          pre[g] = s;
+        }
+        auto sg = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+        const double ig = sg(pre[0]), fg = sg(pre[1]), gg = std::tanh(pre[2]), og = sg(pre[3]);
+        const size_t e = (size_t(t) * B + b) * H + u;
+        const double cv = fg * (t > 0 ? rc[e - B * H] : 0.0) + ig * gg;
+        rc[e] = cv;
+        rh[e] = og * std::tanh(cv);
+        const size_t a = (size_t(t) * B + b) * G + u;
+        ra[a] = ig, ra[a + H] = fg, ra[a + 2 * H] = gg, ra[a + 3 * H] = og;
+      }
+  std::vector<double> rdg(size_t(T) * B * G), dhr(size_t(B) * H, 0.0), dcr(size_t(B) * H, 0.0);
+  for (int t = T - 1; t >= 0; --t) {
+    for (int b = 0; b < B; ++b)
+      for (int u = 0; u < H; ++u) {
+        const size_t e = (size_t(t) * B + b) * H + u, a = (size_t(t) * B + b) * G + u;
+        const double ig = ra[a], fg = ra[a + H], gg = ra[a + 2 * H], og = ra[a + 3 * H];
+        const double cp = t > 0 ? rc[e - B * H] : 0.0, tc = std::tanh(rc[e]);
+        const double dh = hdt[e] + dhr[b * H + u];
+        double& dc = dcr[b * H + u];
+        dc += dh * og * (1 - tc * tc);
+        rdg[a] = dc * gg * ig * (1 - ig);
+        rdg[a + H] = dc * cp * fg * (1 - fg);
+        rdg[a + 2 * H] = dc * ig * (1 - gg * gg);
+        rdg[a + 3 * H] = dh * tc * og * (1 - og);
+        dc *= fg;
+      }
+    for (int b = 0; b < B; ++b)
+      for (int u = 0; u < H; ++u) {
+        double s = 0;
+        for (int q = 0; q < G; ++q) s += rdg[(size_t(t) * B + b) * G + q] * hw[size_t(q) * H + u];
+        dhr[b * H + u] = s;
+      }
+  }
+
+  float *xp, *w, *hs, *cs, *act, *dt, *dg, *prod;
+  CK(cudaMalloc(&xp, hxp.size() * 4));
+  CK(cudaMalloc(&w, hw.size() * 4));
+  CK(cudaMalloc(&hs, size_t(T) * B * H * 4));
+  CK(cudaMalloc(&cs, size_t(T) * B * H * 4));
+  CK(cudaMalloc(&act, size_t(T) * B * G * 4));
+  CK(cudaMalloc(&dt, hdt.size() * 4));
+  CK(cudaMalloc(&dg, size_t(T) * B * G * 4));
+  CK(cudaMalloc(&prod, size_t(B) * G * 4));
+  CK(cudaMemcpy(xp, hxp.data(), hxp.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(w, hw.data(), hw.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dt, hdt.data(), hdt.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto time = [&](auto&& go) {
+    go();
+    CK(cudaStreamSynchronize(s));
+    std::vector<float> us;
+    for (int r = 0; r < 20; ++r) {
+      CK(cudaEventRecord(e0, s));
+      go();
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      us.push_back(ms * 1000.f);
+    }
+    return median(us);
+  };
+  auto max_rel = [](const float* dptr, const std::vector<double>& ref) {
+    std::vector<float> got(ref.size());
+    CK(cudaMemcpy(got.data(), dptr, got.size() * 4, cudaMemcpyDeviceToHost));
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      err = std::max(err, std::fabs(got[i] - ref[i]));
+      scale = std::max(scale, std::fabs(ref[i]));
+    }
+    return err / scale;
+  };
+
+  // Baseline: per step the Tiled product [B,H]x[H,G] (A = h_{t-1}, B = w^T: k contiguous) and
+  // the gate kernel, as one graph.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int t = 0; t < T; ++t) {
+    const float* hprev = hs + (t - 1) * B * H;
+    if (t > 0) {
+      dev::SmallGemmArgs<float> p{};
+      p.a = hprev;
+      p.a_rs = H;
+      p.a_cs = 1;
+      p.b = w;
+      p.b_rs = 1;
+      p.b_cs = H;
+      p.d = prod;
+      p.ld_d = G;
+      p.m = B;
+      p.n = G;
+      p.k = H;
+      const int slices = 4, slice = H / slices;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(G / 64, B / 64, slices);
+      cfg.blockDim = dim3(dev::kTileThreads);
+      cfg.stream = s;
+      cudaLaunchAttribute cl[1];
+      cl[0].id = cudaLaunchAttributeClusterDimension;
+      cl[0].val.clusterDim.x = 1;
+      cl[0].val.clusterDim.y = 1;
+      cl[0].val.clusterDim.z = slices;
+      cfg.attrs = cl;
+      cfg.numAttrs = 1;
+      CK(cudaLaunchKernelEx(&cfg, dev::tile_gemm_kernel<64, 64, true, true>, p, slice, true));
+    }
+    gate_kernel<<<B * H / 256, 256, 0, s>>>(t > 0 ? prod : nullptr, xp + size_t(t) * B * G,
+                                            t > 0 ? cs + (t - 1) * B * H : nullptr,
+                                            hs + t * B * H, cs + t * B * H, act + t * B * G);
+  }
+  CK(cudaStreamEndCapture(s, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  const float base_fwd = time([&] { CK(cudaGraphLaunch(exec, s)); });
+  std::printf("forward, per-step kernels (graph of %d): %8.1f us  (max rel err %.2e)\n", 2 * T - 1,
+              base_fwd, max_rel(hs, rh));
+
+  auto run_persistent = [&](auto u_const) {
+    constexpr int U = decltype(u_const)::value;
+    const size_t fsm = (4 * U * H + B * (H + 1)) * 4, bsm = G * U * 4;
+    CK(cudaFuncSetAttribute(persistent_forward<U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(fsm)));
+    CK(cudaFuncSetAttribute(persistent_backward<U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(bsm)));
+    int per_sm = 0, sms = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_forward<U>, B * U, fsm));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    if (per_sm * sms < H / U) {
+      std::printf("U=%d: %d blocks do not fit at once\n", U, H / U);
+      return;
+    }
+    const float* cxp = xp;
+    const float* cw = w;
+    void* fargs[] = {(void*)&cxp, (void*)&cw, (void*)&hs, (void*)&cs, (void*)&act};
+    CK(cudaMemset(hs, 0, size_t(T) * B * H * 4));
+    const float fwd = time([&] {
+      CK(cudaLaunchCooperativeKernel((void*)persistent_forward<U>, dim3(H / U), dim3(B * U), fargs,
+                                     fsm, s));
+    });
+    const double ferr = max_rel(hs, rh);
+    const float* cdt = dt;
+    const float* ccs = cs;
+    const float* cact = act;
+    void* bargs[] = {(void*)&cdt, (void*)&cw, (void*)&ccs, (void*)&cact, (void*)&dg};
+    const float bwd = time([&] {
+      CK(cudaLaunchCooperativeKernel((void*)persistent_backward<U>, dim3(H / U), dim3(B * U),
+                                     bargs, bsm, s));
+    });
+    std::printf("U=%d (%3d blocks of %3d): forward %7.1f us (rel err %.2e), backward chain %7.1f us "
+                "(rel err %.2e)\n",
+                U, H / U, B * U, fwd, ferr, bwd, max_rel(dg, rdg));
+  };
+  run_persistent(std::integral_constant<int, 1>{});
+  run_persistent(std::integral_constant<int, 2>{});
+  run_persistent(std::integral_constant<int, 4>{});
+  run_persistent(std::integral_constant<int, 8>{});
+  return 0;
+}
