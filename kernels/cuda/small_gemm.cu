@@ -85,8 +85,8 @@ bool has_clusters(int device) {
 // sizes, then k split into up to 8 slices (a cluster) while the tiles are too few to fill the
 // GPU, each slice at least 64 long (the timings behind these choices: bench/NOTES.md).
 // A product at batch 64 is a step's latency, not its throughput: when even the widest split
-// leaves fewer than 64 blocks, narrower tiles (down to 32x32, where that makes more of them)
-// put more SMs on it.
+// leaves fewer than 64 blocks of 64x64, tiles of 64x32 put more SMs on it. (Narrowing M's tile
+// too, for a product with only a few columns, made the seed MLP's and cnn's steps slower.)
 struct TilePlan {
   int bm = 64, bn = 64, slices = 1, slice = 0;
 };
@@ -95,15 +95,7 @@ TilePlan tile_plan(int64_t m, int64_t n, int64_t k, bool clusters) {
   t.bm = m <= 16 ? 16 : m <= 32 ? 32 : 64;
   t.bn = t.bm == 16 ? 32 : 64;
   const int64_t widest = clusters ? std::clamp<int64_t>(k / 64, 1, 8) : 1;
-  while (ceil_div(m, t.bm) * ceil_div(n, t.bn) * widest < 64) {
-    if (t.bn == 64 && n > 32) {
-      t.bn = 32;
-    } else if (t.bm == 64 && m > 32) {
-      t.bm = 32;
-    } else {
-      break;
-    }
-  }
+  if (t.bm == 64 && n > 32 && ceil_div(m, 64) * ceil_div(n, 64) * widest < 64) t.bn = 32;
   const int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
   int64_t s = 1;
   if (clusters && tiles < 64) s = std::max<int64_t>(1, std::min<int64_t>({8, 128 / tiles, k / 64}));
@@ -153,11 +145,7 @@ void tiled(const dev::SmallGemmArgs<float>& p, int device, cudaStream_t s) {
   if (t.bm == 16) {
     launch_tiled<16, 32>(p, t, a_k, b_k, s);
   } else if (t.bm == 32) {
-    if (t.bn == 32) {
-      launch_tiled<32, 32>(p, t, a_k, b_k, s);
-    } else {
-      launch_tiled<32, 64>(p, t, a_k, b_k, s);
-    }
+    launch_tiled<32, 64>(p, t, a_k, b_k, s);
   } else if (t.bn == 32) {
     launch_tiled<64, 32>(p, t, a_k, b_k, s);
   } else {
