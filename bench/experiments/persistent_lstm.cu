@@ -14,12 +14,14 @@
 // over the 4H gate columns (W_hh's U columns of the block in shared memory).
 // Baseline: per time step the library's Tiled kernel (64x64 tiles, 4 k slices as tile_plan
 // picks) and a one-thread-per-element gate kernel, T times, captured as one CUDA graph.
+// Second form (below): cp.async staging and float4 dot products.
 // Each is timed over 20 replays / launches after a warm-up, median; the forward is checked
 // against a float64 host loop, the backward against a float64 host loop too.
 // Not part of the build (from the repository root):
 //   nvcc -O3 -arch=sm_90 -std=c++20 --expt-relaxed-constexpr -I. \
 //     -o /tmp/persistent_lstm bench/experiments/persistent_lstm.cu
 #include <cooperative_groups.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,12 +52,12 @@ __device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); 
 // xp [T][B][G], w [G][H] (PyTorch's weight_hh), hs/cs [T][B][H], act [T][B][G] (i, f, g, o
 // activated). h_{-1} = c_{-1} = 0.
 template <int U>
-__global__ void __launch_bounds__(B* U) persistent_forward(const float* __restrict__ xp,
-                                                          const float* __restrict__ w, float* hs,
-                                                          float* cs, float* act) {
+__global__ void __launch_bounds__(B* U)
+    persistent_forward(const float* __restrict__ xp, const float* __restrict__ w, float* hs,
+                       float* cs, float* act) {
   extern __shared__ float sm[];
-  float* ws = sm;                  // [4U][H]: row g*U + j is w's row g*H + u0 + j
-  float* hp = sm + 4 * U * H;      // [B][H + 1]
+  float* ws = sm;              // [4U][H]: row g*U + j is w's row g*H + u0 + j
+  float* hp = sm + 4 * U * H;  // [B][H + 1]
   const int u0 = blockIdx.x * U, tid = threadIdx.x, b = tid / U, j = tid % U;
   for (int i = tid; i < 4 * U * H; i += B * U) {
     const int r = i / H, k = i % H, g = r / U, jj = r % U;
@@ -132,6 +134,143 @@ __global__ void __launch_bounds__(B* U)
   }
 }
 
+// Second form of both loops: what the first form's figures pointed at. Operands are staged
+// with cp.async (16 bytes per copy, every copy of a chunk in flight at once, no registers),
+// shared rows are padded by 4 floats (float4-aligned, consecutive rows 4 banks apart), and the
+// dot products read float4s: per 4 k a warp issues 2 wavefronts for h and 1 per gate for W,
+// against 5 per k in the first form.
+constexpr int kPad = 4;
+
+__device__ __forceinline__ void copy16(float* dst, const float* src) {
+  __pipeline_memcpy_async(dst, src, 16);
+}
+
+template <int U>
+__global__ void __launch_bounds__(B* U)
+    persistent_forward2(const float* __restrict__ xp, const float* __restrict__ w, float* hs,
+                        float* cs, float* act) {
+  extern __shared__ __align__(16) float sm[];
+  constexpr int HP = H + kPad, NT = B * U;
+  float* ws = sm;               // [4U][HP]: row g*U + j is w's row g*H + u0 + j
+  float* hp = sm + 4 * U * HP;  // [B][HP]
+  const int u0 = blockIdx.x * U, tid = threadIdx.x, b = tid / U, j = tid % U;
+  for (int i = tid; i < 4 * U * H / 4; i += NT) {
+    const int r = i / (H / 4), k4 = i % (H / 4), g = r / U, jj = r % U;
+    copy16(ws + r * HP + 4 * k4, w + (g * H + u0 + jj) * H + 4 * k4);
+  }
+  __pipeline_commit();
+  cg::grid_group grid = cg::this_grid();
+  float c = 0.f;
+  for (int t = 0; t < T; ++t) {
+    float pre[4];
+#pragma unroll
+    for (int g = 0; g < 4; ++g) pre[g] = xp[(t * B + b) * G + g * H + u0 + j];
+    if (t > 0) {
+      const float* h = hs + (t - 1) * B * H;
+      for (int i = tid; i < B * H / 4; i += NT)
+        copy16(hp + (i / (H / 4)) * HP + 4 * (i % (H / 4)), h + 4 * i);
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+      __syncthreads();
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      const float4* h4 = reinterpret_cast<const float4*>(hp + b * HP);
+#pragma unroll 4
+      for (int k4 = 0; k4 < H / 4; ++k4) {
+        const float4 hv = h4[k4];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const float4 wv = reinterpret_cast<const float4*>(ws + (g * U + j) * HP)[k4];
+          acc[g] = fmaf(hv.x, wv.x, acc[g]);
+          acc[g] = fmaf(hv.y, wv.y, acc[g]);
+          acc[g] = fmaf(hv.z, wv.z, acc[g]);
+          acc[g] = fmaf(hv.w, wv.w, acc[g]);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < 4; ++g) pre[g] += acc[g];
+      __syncthreads();
+    }
+    const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
+    c = fg * c + ig * gg;
+    const float h = og * tanhf(c);
+    const int e = (t * B + b) * H + u0 + j;
+    hs[e] = h;
+    cs[e] = c;
+    float* a = act + (t * B + b) * G + u0 + j;
+    a[0] = ig;
+    a[H] = fg;
+    a[2 * H] = gg;
+    a[3 * H] = og;
+    grid.sync();
+  }
+}
+
+// dG_t's rows are staged in chunks of CH gate columns, two buffers: chunk q+1's copies are in
+// flight while chunk q is summed.
+template <int U>
+__global__ void __launch_bounds__(B* U)
+    persistent_backward2(const float* __restrict__ dh_top, const float* __restrict__ w,
+                         const float* __restrict__ cs, const float* __restrict__ act, float* dg) {
+  extern __shared__ __align__(16) float sm[];
+  constexpr int CH = 128, CP = CH + kPad, NT = B * U, NCH = G / CH;
+  float* wc = sm;                   // [U][G + kPad]: w's column u0 + j, as a row
+  float* ds = sm + U * (G + kPad);  // [2][B][CP]
+  const int u0 = blockIdx.x * U, tid = threadIdx.x, b = tid / U, j = tid % U;
+  for (int i = tid; i < G * U; i += NT)
+    wc[(i % U) * (G + kPad) + i / U] = w[(i / U) * H + u0 + i % U];
+  __syncthreads();
+  cg::grid_group grid = cg::this_grid();
+  float dh_rec = 0.f, dc = 0.f;
+  for (int t = T - 1; t >= 0; --t) {
+    const int e = (t * B + b) * H + u0 + j;
+    const float* a = act + (t * B + b) * G + u0 + j;
+    const float ig = a[0], fg = a[H], gg = a[2 * H], og = a[3 * H];
+    const float c = cs[e], c_prev = t > 0 ? cs[e - B * H] : 0.f;
+    const float dh = dh_top[e] + dh_rec, tc = tanhf(c);
+    dc = dc + dh * og * (1.f - tc * tc);
+    float* d = dg + (t * B + b) * G + u0 + j;
+    d[0] = dc * gg * ig * (1.f - ig);
+    d[H] = dc * c_prev * fg * (1.f - fg);
+    d[2 * H] = dc * ig * (1.f - gg * gg);
+    d[3 * H] = dh * tc * og * (1.f - og);
+    dc = dc * fg;
+    grid.sync();
+    if (t == 0) break;
+    const float* dgt = dg + t * B * G;
+    auto stage = [&](int q, int buf) {
+      float* dst = ds + buf * B * CP;
+      for (int i = tid; i < B * CH / 4; i += NT) {
+        const int r = i / (CH / 4), c4 = i % (CH / 4);
+        copy16(dst + r * CP + 4 * c4, dgt + r * G + q * CH + 4 * c4);
+      }
+      __pipeline_commit();
+    };
+    stage(0, 0);
+    float acc = 0.f;
+    for (int q = 0; q < NCH; ++q) {
+      if (q + 1 < NCH) {
+        stage(q + 1, (q + 1) & 1);
+        __pipeline_wait_prior(1);
+      } else {
+        __pipeline_wait_prior(0);
+      }
+      __syncthreads();
+      const float4* d4 = reinterpret_cast<const float4*>(ds + (q & 1) * B * CP + b * CP);
+      const float4* w4 = reinterpret_cast<const float4*>(wc + j * (G + kPad) + q * CH);
+#pragma unroll 4
+      for (int c4 = 0; c4 < CH / 4; ++c4) {
+        const float4 dv = d4[c4], wv = w4[c4];
+        acc = fmaf(dv.x, wv.x, acc);
+        acc = fmaf(dv.y, wv.y, acc);
+        acc = fmaf(dv.z, wv.z, acc);
+        acc = fmaf(dv.w, wv.w, acc);
+      }
+      __syncthreads();  // the buffer is refilled two chunks later
+    }
+    dh_rec = acc;
+  }
+}
+
 // Baseline gate kernel: one thread per (b, u); pre = product + xp_t.
 __global__ void gate_kernel(const float* __restrict__ prod, const float* __restrict__ xp_t,
                             const float* __restrict__ c_prev, float* h, float* c, float* act) {
@@ -139,7 +278,8 @@ __global__ void gate_kernel(const float* __restrict__ prod, const float* __restr
   if (i >= B * H) return;
   const int b = i / H, u = i % H;
   float pre[4];
-  for (int g = 0; g < 4; ++g) pre[g] = xp_t[b * G + g * H + u] + (prod ? prod[b * G + g * H + u] : 0.f);
+  for (int g = 0; g < 4; ++g)
+    pre[g] = xp_t[b * G + g * H + u] + (prod ? prod[b * G + g * H + u] : 0.f);
   const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
   const float cv = fg * (c_prev ? c_prev[i] : 0.f) + ig * gg;
   c[i] = cv;
@@ -288,8 +428,8 @@ int main() {
       CK(cudaLaunchKernelEx(&cfg, dev::tile_gemm_kernel<64, 64, true, true>, p, slice, true));
     }
     gate_kernel<<<B * H / 256, 256, 0, s>>>(t > 0 ? prod : nullptr, xp + size_t(t) * B * G,
-                                            t > 0 ? cs + (t - 1) * B * H : nullptr,
-                                            hs + t * B * H, cs + t * B * H, act + t * B * G);
+                                            t > 0 ? cs + (t - 1) * B * H : nullptr, hs + t * B * H,
+                                            cs + t * B * H, act + t * B * G);
   }
   CK(cudaStreamEndCapture(s, &graph));
   CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -297,44 +437,52 @@ int main() {
   std::printf("forward, per-step kernels (graph of %d): %8.1f us  (max rel err %.2e)\n", 2 * T - 1,
               base_fwd, max_rel(hs, rh));
 
-  auto run_persistent = [&](auto u_const) {
+  // form 1: the first kernels; form 2: staged with cp.async, float4 dot products.
+  auto run_persistent = [&](auto u_const, int form) {
     constexpr int U = decltype(u_const)::value;
-    const size_t fsm = (4 * U * H + B * (H + 1)) * 4, bsm = G * U * 4;
-    CK(cudaFuncSetAttribute(persistent_forward<U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    constexpr int HP = H + kPad;
+    const void* fk =
+        form == 1 ? (const void*)persistent_forward<U> : (const void*)persistent_forward2<U>;
+    const void* bk =
+        form == 1 ? (const void*)persistent_backward<U> : (const void*)persistent_backward2<U>;
+    const size_t fsm = form == 1 ? (4 * U * H + B * (H + 1)) * 4 : (4 * U * HP + B * HP) * 4;
+    const size_t bsm = form == 1 ? G * U * 4 : (U * (G + kPad) + 2 * B * (128 + kPad)) * 4;
+    CK(cudaFuncSetAttribute(fk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             static_cast<int>(fsm)));
-    CK(cudaFuncSetAttribute(persistent_backward<U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CK(cudaFuncSetAttribute(bk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             static_cast<int>(bsm)));
-    int per_sm = 0, sms = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_forward<U>, B * U, fsm));
+    int per_sm = 0, per_sm_b = 0, sms = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fk, B * U, fsm));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_b, bk, B * U, bsm));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (per_sm * sms < H / U) {
-      std::printf("U=%d: %d blocks do not fit at once\n", U, H / U);
+    if (std::min(per_sm, per_sm_b) * sms < H / U) {
+      std::printf("form %d U=%d: %d blocks do not fit at once\n", form, U, H / U);
       return;
     }
     const float* cxp = xp;
     const float* cw = w;
     void* fargs[] = {(void*)&cxp, (void*)&cw, (void*)&hs, (void*)&cs, (void*)&act};
     CK(cudaMemset(hs, 0, size_t(T) * B * H * 4));
-    const float fwd = time([&] {
-      CK(cudaLaunchCooperativeKernel((void*)persistent_forward<U>, dim3(H / U), dim3(B * U), fargs,
-                                     fsm, s));
-    });
+    const float fwd =
+        time([&] { CK(cudaLaunchCooperativeKernel(fk, dim3(H / U), dim3(B * U), fargs, fsm, s)); });
     const double ferr = max_rel(hs, rh);
     const float* cdt = dt;
     const float* ccs = cs;
     const float* cact = act;
     void* bargs[] = {(void*)&cdt, (void*)&cw, (void*)&ccs, (void*)&cact, (void*)&dg};
-    const float bwd = time([&] {
-      CK(cudaLaunchCooperativeKernel((void*)persistent_backward<U>, dim3(H / U), dim3(B * U),
-                                     bargs, bsm, s));
-    });
-    std::printf("U=%d (%3d blocks of %3d): forward %7.1f us (rel err %.2e), backward chain %7.1f us "
-                "(rel err %.2e)\n",
-                U, H / U, B * U, fwd, ferr, bwd, max_rel(dg, rdg));
+    CK(cudaMemset(dg, 0, size_t(T) * B * G * 4));
+    const float bwd =
+        time([&] { CK(cudaLaunchCooperativeKernel(bk, dim3(H / U), dim3(B * U), bargs, bsm, s)); });
+    std::printf(
+        "form %d U=%d (%3d blocks of %3d): forward %7.1f us (rel err %.2e), backward chain "
+        "%7.1f us (rel err %.2e)\n",
+        form, U, H / U, B * U, fwd, ferr, bwd, max_rel(dg, rdg));
   };
-  run_persistent(std::integral_constant<int, 1>{});
-  run_persistent(std::integral_constant<int, 2>{});
-  run_persistent(std::integral_constant<int, 4>{});
-  run_persistent(std::integral_constant<int, 8>{});
+  for (int form : {2, 1}) {
+    run_persistent(std::integral_constant<int, 1>{}, form);
+    run_persistent(std::integral_constant<int, 2>{}, form);
+    run_persistent(std::integral_constant<int, 4>{}, form);
+    run_persistent(std::integral_constant<int, 8>{}, form);
+  }
   return 0;
 }
