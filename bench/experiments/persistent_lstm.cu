@@ -14,7 +14,8 @@
 // over the 4H gate columns (W_hh's U columns of the block in shared memory).
 // Baseline: per time step the library's Tiled kernel (64x64 tiles, 4 k slices as tile_plan
 // picks) and a one-thread-per-element gate kernel, T times, captured as one CUDA graph.
-// Second form (below): cp.async staging and float4 dot products.
+// Second form (below): cp.async staging and float4 dot products. Third (forward only): the
+// product split over k in a cluster, partial tiles summed through distributed shared memory.
 // Each is timed over 20 replays / launches after a warm-up, median; the forward is checked
 // against a float64 host loop, the backward against a float64 host loop too.
 // Not part of the build (from the repository root):
@@ -271,6 +272,115 @@ __global__ void __launch_bounds__(B* U)
   }
 }
 
+// Third form of the forward, the product split over k inside a thread-block cluster: cluster c
+// owns units [cU, cU + U) (4U gate columns); its P blocks each take H / P of k, so a block copies
+// only its k part of h_{t-1} (B x H / P floats: a quarter of form 2's L2 reads at P = 4) and
+// keeps only that part of the 4U rows of W_hh. The P partial [B, 4U] tiles are summed through
+// distributed shared memory, block p finishing rows [pB/P, (p+1)B/P) with the gate arithmetic
+// (one thread per row and unit: its cell state stays in a register). The grid barrier is a
+// counter and a generation word in global memory (every block is resident: checked on the host).
+struct Barrier {
+  unsigned count, generation;
+};
+
+__device__ __forceinline__ void grid_barrier(Barrier* bar, unsigned blocks) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* gen = &bar->generation;
+    const unsigned g = *gen;
+    __threadfence();
+    if (atomicAdd(&bar->count, 1u) == blocks - 1) {
+      bar->count = 0;
+      __threadfence();
+      atomicAdd(&bar->generation, 1u);
+    } else {
+      while (*gen == g) {
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+template <int U, int P>
+__global__ void __launch_bounds__(256)
+    persistent_forward3(const float* __restrict__ xp, const float* __restrict__ w, float* hs,
+                        float* cs, float* act, Barrier* bar) {
+  constexpr int KP = H / P, KPP = KP + kPad, Q = 4 * U, NT = 256;
+  static_assert((B / P) * U <= NT, "one finishing thread per row and unit");
+  static_assert(B * Q % NT == 0 && (Q % (B * Q / NT)) == 0, "whole output runs per thread");
+  constexpr int PER = B * Q / NT;  // outputs per thread: row b, columns [qg*PER, qg*PER + PER)
+  extern __shared__ __align__(16) float sm[];
+  float* ws = sm;              // [Q][KPP]
+  float* hp = ws + Q * KPP;    // [B][KPP]
+  float* part = hp + B * KPP;  // [B][Q]
+  cg::cluster_group cluster = cg::this_cluster();
+  const int p = static_cast<int>(cluster.block_rank());
+  const int u0 = (blockIdx.x / P) * U, k0 = p * KP, tid = threadIdx.x;
+  for (int i = tid; i < Q * KP / 4; i += NT) {
+    const int q = i / (KP / 4), k4 = i % (KP / 4), g = q / U, j = q % U;
+    copy16(ws + q * KPP + 4 * k4, w + (g * H + u0 + j) * H + k0 + 4 * k4);
+  }
+  __pipeline_commit();
+  const int b = tid / (Q / PER), qg = tid % (Q / PER);
+  // The finishing thread's element: row fb of this block's rows, unit fj.
+  const bool finisher = tid < (B / P) * U;
+  const int fb = p * (B / P) + tid / U, fj = tid % U;
+  float c = 0.f;
+  for (int t = 0; t < T; ++t) {
+    if (t > 0) {
+      const float* h = hs + (t - 1) * B * H;
+      for (int i = tid; i < B * KP / 4; i += NT) {
+        const int r = i / (KP / 4), k4 = i % (KP / 4);
+        copy16(hp + r * KPP + 4 * k4, h + r * H + k0 + 4 * k4);
+      }
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+      __syncthreads();
+      float acc[PER] = {};
+      const float4* h4 = reinterpret_cast<const float4*>(hp + b * KPP);
+#pragma unroll 4
+      for (int k4 = 0; k4 < KP / 4; ++k4) {
+        const float4 hv = h4[k4];
+#pragma unroll
+        for (int o = 0; o < PER; ++o) {
+          const float4 wv = reinterpret_cast<const float4*>(ws + (qg * PER + o) * KPP)[k4];
+          acc[o] = fmaf(hv.x, wv.x, acc[o]);
+          acc[o] = fmaf(hv.y, wv.y, acc[o]);
+          acc[o] = fmaf(hv.z, wv.z, acc[o]);
+          acc[o] = fmaf(hv.w, wv.w, acc[o]);
+        }
+      }
+#pragma unroll
+      for (int o = 0; o < PER; ++o) part[b * Q + qg * PER + o] = acc[o];
+    }
+    cluster.sync();  // every block's partial tile is written
+    if (finisher) {
+      float pre[4];
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        float v = 0.f;
+        if (t > 0)
+          for (int r = 0; r < P; ++r) v += cluster.map_shared_rank(part, r)[fb * Q + g * U + fj];
+        pre[g] = xp[(t * B + fb) * G + g * H + u0 + fj] + v;
+      }
+      const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
+      c = fg * c + ig * gg;
+      const float h = og * tanhf(c);
+      const int e = (t * B + fb) * H + u0 + fj;
+      hs[e] = h;
+      cs[e] = c;
+      float* a = act + (t * B + fb) * G + u0 + fj;
+      a[0] = ig;
+      a[H] = fg;
+      a[2 * H] = gg;
+      a[3 * H] = og;
+    }
+    cluster.sync();  // the partial tiles are read before the next step overwrites them
+    grid_barrier(bar, gridDim.x);
+  }
+}
+
 // Baseline gate kernel: one thread per (b, u); pre = product + xp_t.
 __global__ void gate_kernel(const float* __restrict__ prod, const float* __restrict__ xp_t,
                             const float* __restrict__ c_prev, float* h, float* c, float* act) {
@@ -478,6 +588,50 @@ int main() {
         "%7.1f us (rel err %.2e)\n",
         form, U, H / U, B * U, fwd, ferr, bwd, max_rel(dg, rdg));
   };
+  // Form 3: U units per cluster of P blocks.
+  Barrier* bar;
+  CK(cudaMalloc(&bar, sizeof(Barrier)));
+  CK(cudaMemset(bar, 0, sizeof(Barrier)));
+  auto run_form3 = [&](auto u_const, auto p_const) {
+    constexpr int U = decltype(u_const)::value, P = decltype(p_const)::value;
+    constexpr int KPP = H / P + kPad, Q = 4 * U;
+    auto* k = persistent_forward3<U, P>;
+    const size_t smem = (Q * KPP + B * KPP + B * Q) * 4;
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(smem)));
+    if (P > 8) CK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    const int blocks = H / U * P;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(256);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute cl[1];
+    cl[0].id = cudaLaunchAttributeClusterDimension;
+    cl[0].val.clusterDim.x = P;
+    cl[0].val.clusterDim.y = 1;
+    cl[0].val.clusterDim.z = 1;
+    cfg.attrs = cl;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    CK(cudaOccupancyMaxActiveClusters(&clusters, k, &cfg));
+    if (clusters * P < blocks) {
+      std::printf("form 3 U=%d P=%d: %d blocks do not fit at once (%d clusters)\n", U, P, blocks,
+                  clusters);
+      return;
+    }
+    CK(cudaMemset(hs, 0, size_t(T) * B * H * 4));
+    const float* cxp = xp;
+    const float* cw = w;
+    const float fwd = time([&] { CK(cudaLaunchKernelEx(&cfg, k, cxp, cw, hs, cs, act, bar)); });
+    std::printf("form 3 U=%d P=%d (%3d blocks): forward %7.1f us (rel err %.2e)\n", U, P, blocks,
+                fwd, max_rel(hs, rh));
+  };
+  run_form3(std::integral_constant<int, 8>{}, std::integral_constant<int, 4>{});
+  run_form3(std::integral_constant<int, 8>{}, std::integral_constant<int, 2>{});
+  run_form3(std::integral_constant<int, 4>{}, std::integral_constant<int, 4>{});
+  run_form3(std::integral_constant<int, 16>{}, std::integral_constant<int, 8>{});
+  run_form3(std::integral_constant<int, 4>{}, std::integral_constant<int, 2>{});
   for (int form : {2, 1}) {
     run_persistent(std::integral_constant<int, 1>{}, form);
     run_persistent(std::integral_constant<int, 2>{}, form);
