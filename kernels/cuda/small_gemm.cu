@@ -85,8 +85,8 @@ bool has_clusters(int device) {
 // sizes, then k split into up to 8 slices (a cluster) while the tiles are too few to fill the
 // GPU, each slice at least 64 long (the timings behind these choices: bench/NOTES.md).
 // A product at batch 64 is a step's latency, not its throughput: when even the widest split
-// leaves fewer than 64 blocks of 64x64, tiles of 64x32 put more SMs on it. (Narrowing M's tile
-// too, for a product with only a few columns, made the seed MLP's and cnn's steps slower.)
+// leaves fewer than 64 blocks of 64x64, tiles of 64x32 put more SMs on it. M's tile stays: for
+// products of a few columns, narrowing it measured slower.
 struct TilePlan {
   int bm = 64, bn = 64, slices = 1, slice = 0;
 };

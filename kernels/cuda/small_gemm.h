@@ -44,7 +44,7 @@ inline constexpr int64_t kTiledGemmMaxDim = int64_t{1} << 20;  // grid.y = M / 1
 // SmallN with A's rows and B's columns contiguous and K and both strides multiples of 4 (both
 // with fewer than kSmallGemm16MaxM rows: at 8192 rows cuBLASLt's tensor-core tiles were faster
 // than the many-rows kernels, bench/NOTES.md); Thin as for float32 with K below
-// kSmallGemm16MaxM (at [10, 8192] x [8192, 512] bf16 cuBLASLt took 10.96 us, Thin 13.75).
+// kSmallGemm16MaxM (above it cuBLASLt's tensor cores were faster, bench/NOTES.md).
 enum class SmallGemmKind : uint8_t { None, SmallK, SmallN, Tiled, Thin };
 inline constexpr int64_t kThinGemmMaxM = 16;
 inline constexpr int64_t kThinGemmMaxMN = int64_t{1} << 18;
