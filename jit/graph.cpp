@@ -194,6 +194,22 @@ bool Graph::is_external_root(ValueId root) const {
   return false;
 }
 
+std::vector<char> Graph::named_after_replay() const {
+  std::vector<char> named(values.size(), 0);
+  for (ValueId o : outputs) named[o] = named[values[o].root] = 1;
+  for (const GradEffect& e : grad_effects)
+    if (e.value != kNoValue) named[e.value] = named[values[e.value].root] = 1;
+  return named;
+}
+
+std::vector<int32_t> Graph::live_view_counts() const {
+  std::vector<int32_t> views(values.size(), 0);
+  for (size_t v = 0; v < values.size(); ++v)
+    if (values[v].root != static_cast<ValueId>(v) && values[v].producer >= 0)
+      ++views[values[v].root];
+  return views;
+}
+
 void Graph::reindex() {
   for (Value& v : values)
     if (v.kind == ValueKind::Node) v.producer = -1;

@@ -130,6 +130,12 @@ struct Graph {
   // Roots visible after a replay: state, inputs, outputs, grad effects. Writes to them are
   // effects no pass may drop.
   bool is_external_root(ValueId root) const;
+  // Per value id: whether the caller holds it by name after a replay (an output or a grad
+  // effect's value), marked on the value and on its root.
+  std::vector<char> named_after_replay() const;
+  // Per value id: how many values are views of it as their root, counting only views a node
+  // still in the graph makes (a dead view's value keeps its root but has no producer).
+  std::vector<int32_t> live_view_counts() const;
 
   // Recomputes Value::producer after nodes were removed or reordered.
   void reindex();

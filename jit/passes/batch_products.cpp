@@ -37,10 +37,7 @@ void batch_products(Graph& g) {
     g.writes(g.nodes[i], w);
     for (ValueId r : w) writes_of[r].push_back(static_cast<int32_t>(i));
   }
-  std::vector<char> named(nv, 0);
-  for (ValueId o : g.outputs) named[o] = named[g.values[o].root] = 1;
-  for (const GradEffect& e : g.grad_effects)
-    if (e.value != kNoValue) named[e.value] = named[g.values[e.value].root] = 1;
+  const std::vector<char> named = g.named_after_replay();
   auto written_between = [&](ValueId v, int32_t lo, int32_t hi) {
     for (int32_t k : writes_of[g.values[v].root])
       if (k > lo && k < hi) return true;

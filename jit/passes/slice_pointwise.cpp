@@ -32,20 +32,15 @@ bool is_plain_slice(const Node& n) {
 void split_sliced_pointwise(Graph& g) {
   const size_t nv = g.values.size(), nn = g.nodes.size();
   std::vector<std::vector<int32_t>> by_name(nv);  // per value: nodes reading it by that name
-  std::vector<char> written(nv, 0), named(nv, 0);
+  std::vector<char> written(nv, 0);
   std::vector<ValueId> w;
   for (size_t i = 0; i < nn; ++i) {
     g.writes(g.nodes[i], w);
     for (ValueId r : w) written[r] = 1;
     for (ValueId in : g.nodes[i].inputs) by_name[in].push_back(static_cast<int32_t>(i));
   }
-  for (ValueId o : g.outputs) named[o] = named[g.values[o].root] = 1;
-  for (const GradEffect& e : g.grad_effects)
-    if (e.value != kNoValue) named[e.value] = named[g.values[e.value].root] = 1;
-  std::vector<int32_t> views(nv, 0);  // live views of each root (a slice's own out included)
-  for (size_t v = 0; v < nv; ++v)
-    if (g.values[v].root != static_cast<ValueId>(v) && g.values[v].producer >= 0)
-      ++views[g.values[v].root];
+  const std::vector<char> named = g.named_after_replay();
+  const std::vector<int32_t> views = g.live_view_counts();  // a slice's own out included
 
   std::vector<std::vector<Node>> inserts(nn);  // the new nodes, placed before node i
   std::vector<bool> dead(nn, false);

@@ -44,10 +44,7 @@ void assemble_slice_sums(Graph& g) {
     for (ValueId in : g.nodes[i].inputs)
       readers[g.values[in].root].push_back(static_cast<int32_t>(i));
   }
-  std::vector<char> named(nv, 0);  // outputs and grad effects: held by name after the replay
-  for (ValueId o : g.outputs) named[o] = named[g.values[o].root] = 1;
-  for (const GradEffect& e : g.grad_effects)
-    if (e.value != kNoValue) named[e.value] = named[g.values[e.value].root] = 1;
+  const std::vector<char> named = g.named_after_replay();
 
   // piece_index[z]: for a zero fill z that qualifies, its piece.
   std::vector<int32_t> piece_index(nv, -1);

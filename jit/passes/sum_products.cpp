@@ -51,14 +51,8 @@ void sum_products(Graph& g) {
     for (ValueId r : w) writes_of[r].push_back(static_cast<int32_t>(i));
     for (ValueId in : g.nodes[i].inputs) ++readers[in];
   }
-  std::vector<char> named(nv, 0);
-  for (ValueId o : g.outputs) named[o] = named[g.values[o].root] = 1;
-  for (const GradEffect& e : g.grad_effects)
-    if (e.value != kNoValue) named[e.value] = named[g.values[e.value].root] = 1;
-  std::vector<int32_t> aliases(nv, 0);  // views of each value (made by a live node)
-  for (size_t v = 0; v < nv; ++v)
-    if (g.values[v].root != static_cast<ValueId>(v) && g.values[v].producer >= 0)
-      ++aliases[g.values[v].root];
+  const std::vector<char> named = g.named_after_replay();
+  const std::vector<int32_t> aliases = g.live_view_counts();
   // Read once, by name, and not seen through another view: the tree may consume it.
   auto private_value = [&](ValueId v, int32_t views) {
     return !named[v] && readers[v] == 1 && aliases[v] == views;
