@@ -553,8 +553,25 @@ TEST_CASE("fusion: a SiLU / LayerNorm / Mish network gets the same fusion as the
 
 #endif  // EMBER_WITH_CUDA
 
-// An LSTM's traced training step, fused as it would be on a GPU (the graph's devices set to
-// cuda:0; fusion only asks the host-side analysis of the lowering): per time step the forward
+// A recurrent layer's traced training step (loss: the sum of squares of its outputs), optimized
+// and fused as on a GPU (the graph's devices set to cuda:0; fusion only asks the host-side
+// analysis of the lowering).
+template <class Layer>
+Graph recurrent_step_on_gpu(Layer& layer, const Tensor& x) {
+  Tracer tracer(true);
+  tracer.add_input(x, 0);
+  Tensor out = std::get<0>(layer->forward(x));
+  Tensor loss = sum(out * out);
+  loss.backward();
+  tracer.finish({loss});
+  REQUIRE(!tracer.broken());
+  Graph g = std::move(tracer.graph());
+  on_gpu(g);
+  optimize(g);
+  return g;
+}
+
+// An LSTM's traced training step, fused as on a GPU: per time step the forward
 // is the recurrent GEMM with its bias and one gate kernel, the backward one gate-gradient kernel
 // that takes the hidden-state gradient's tail and stores the four gate gradients in place of
 // their cat, and the recurrent product alone. No tail kernel after a GEMM, no cat of the gates.
@@ -563,19 +580,7 @@ TEST_CASE("fusion: an LSTM step on a GPU runs four kernels per time step", "[jit
   const int64_t T = 5, B = 3, I = 4, H = 8;
   nn::LSTM lstm(nn::LSTMOptions(I, H));
   const Tensor x = randn({T, B, I});
-  Graph g;
-  {
-    Tracer tracer(true);
-    tracer.add_input(x, 0);
-    Tensor out = std::get<0>(lstm->forward(x));
-    Tensor loss = sum(out * out);
-    loss.backward();
-    tracer.finish({loss});
-    REQUIRE(!tracer.broken());
-    g = std::move(tracer.graph());
-  }
-  on_gpu(g);
-  optimize(g);
+  Graph g = recurrent_step_on_gpu(lstm, x);
   INFO(g.str());
   int tails = 0, gate_kernels = 0, cats_in_groups = 0, lone_gate_cats = 0;
   for (const Group& grp : g.groups) {
@@ -601,19 +606,7 @@ TEST_CASE("fusion: a GRU step on a GPU has no GEMM tail kernel and no lone gate 
   const int64_t T = 5, B = 3, I = 4, H = 8;
   nn::GRU gru(nn::GRUOptions(I, H));
   const Tensor x = randn({T, B, I});
-  Graph g;
-  {
-    Tracer tracer(true);
-    tracer.add_input(x, 0);
-    Tensor out = std::get<0>(gru->forward(x));
-    Tensor loss = sum(out * out);
-    loss.backward();
-    tracer.finish({loss});
-    REQUIRE(!tracer.broken());
-    g = std::move(tracer.graph());
-  }
-  on_gpu(g);
-  optimize(g);
+  Graph g = recurrent_step_on_gpu(gru, x);
   INFO(g.str());
   int tails = 0, cats_in_groups = 0, lone_gate_cats = 0;
   for (const Group& grp : g.groups) {
