@@ -50,6 +50,41 @@ constexpr int B = 64, H = 256, T = 32, G = 4 * H;
 
 __device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
 
+// The cell update of row b, unit u at step t from its four gate pre-activations and the cell
+// state before: stores h_t, c_t and the activated gates (act[t][b][g H + u]); returns c_t.
+__device__ __forceinline__ float lstm_cell(const float pre[4], float c, int t, int b, int u,
+                                           float* hs, float* cs, float* act) {
+  const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
+  c = fg * c + ig * gg;
+  const int e = (t * B + b) * H + u;
+  hs[e] = og * tanhf(c);
+  cs[e] = c;
+  float* a = act + (t * B + b) * G + u;
+  a[0] = ig;
+  a[H] = fg;
+  a[2 * H] = gg;
+  a[3 * H] = og;
+  return c;
+}
+
+// Its backward, from the gradient reaching h_t (dh) and the cell state's gradient from step t+1
+// (dc): stores the four gate gradients dg[t][b][g H + u]; returns the cell state's gradient
+// carried to step t-1.
+__device__ __forceinline__ float lstm_cell_backward(float dh, float dc, int t, int b, int u,
+                                                    const float* cs, const float* act, float* dg) {
+  const float* a = act + (t * B + b) * G + u;
+  const float ig = a[0], fg = a[H], gg = a[2 * H], og = a[3 * H];
+  const int e = (t * B + b) * H + u;
+  const float c_prev = t > 0 ? cs[e - B * H] : 0.f, tc = tanhf(cs[e]);
+  dc = dc + dh * og * (1.f - tc * tc);
+  float* d = dg + (t * B + b) * G + u;
+  d[0] = dc * gg * ig * (1.f - ig);
+  d[H] = dc * c_prev * fg * (1.f - fg);
+  d[2 * H] = dc * ig * (1.f - gg * gg);
+  d[3 * H] = dh * tc * og * (1.f - og);
+  return dc * fg;
+}
+
 // xp [T][B][G], w [G][H] (PyTorch's weight_hh), hs/cs [T][B][H], act [T][B][G] (i, f, g, o
 // activated). h_{-1} = c_{-1} = 0.
 template <int U>
@@ -85,17 +120,7 @@ __global__ void __launch_bounds__(B* U)
       for (int g = 0; g < 4; ++g) pre[g] += acc[g];
       __syncthreads();
     }
-    const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
-    c = fg * c + ig * gg;
-    const float h = og * tanhf(c);
-    const int e = (t * B + b) * H + u0 + j;
-    hs[e] = h;
-    cs[e] = c;
-    float* a = act + (t * B + b) * G + u0 + j;
-    a[0] = ig;
-    a[H] = fg;
-    a[2 * H] = gg;
-    a[3 * H] = og;
+    c = lstm_cell(pre, c, t, b, u0 + j, hs, cs, act);
     grid.sync();
   }
 }
@@ -114,17 +139,7 @@ __global__ void __launch_bounds__(B* U)
   float dh_rec = 0.f, dc = 0.f;
   for (int t = T - 1; t >= 0; --t) {
     const int e = (t * B + b) * H + u0 + j;
-    const float* a = act + (t * B + b) * G + u0 + j;
-    const float ig = a[0], fg = a[H], gg = a[2 * H], og = a[3 * H];
-    const float c = cs[e], c_prev = t > 0 ? cs[e - B * H] : 0.f;
-    const float dh = dh_top[e] + dh_rec, tc = tanhf(c);
-    dc = dc + dh * og * (1.f - tc * tc);
-    float* d = dg + (t * B + b) * G + u0 + j;
-    d[0] = dc * gg * ig * (1.f - ig);
-    d[H] = dc * c_prev * fg * (1.f - fg);
-    d[2 * H] = dc * ig * (1.f - gg * gg);
-    d[3 * H] = dh * tc * og * (1.f - og);
-    dc = dc * fg;
+    dc = lstm_cell_backward(dh_top[e] + dh_rec, dc, t, b, u0 + j, cs, act, dg);
     grid.sync();
     if (t == 0) break;
     const float* drow = dg + (t * B + b) * G;
@@ -191,17 +206,7 @@ __global__ void __launch_bounds__(B* U)
       for (int g = 0; g < 4; ++g) pre[g] += acc[g];
       __syncthreads();
     }
-    const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
-    c = fg * c + ig * gg;
-    const float h = og * tanhf(c);
-    const int e = (t * B + b) * H + u0 + j;
-    hs[e] = h;
-    cs[e] = c;
-    float* a = act + (t * B + b) * G + u0 + j;
-    a[0] = ig;
-    a[H] = fg;
-    a[2 * H] = gg;
-    a[3 * H] = og;
+    c = lstm_cell(pre, c, t, b, u0 + j, hs, cs, act);
     grid.sync();
   }
 }
@@ -224,17 +229,7 @@ __global__ void __launch_bounds__(B* U)
   float dh_rec = 0.f, dc = 0.f;
   for (int t = T - 1; t >= 0; --t) {
     const int e = (t * B + b) * H + u0 + j;
-    const float* a = act + (t * B + b) * G + u0 + j;
-    const float ig = a[0], fg = a[H], gg = a[2 * H], og = a[3 * H];
-    const float c = cs[e], c_prev = t > 0 ? cs[e - B * H] : 0.f;
-    const float dh = dh_top[e] + dh_rec, tc = tanhf(c);
-    dc = dc + dh * og * (1.f - tc * tc);
-    float* d = dg + (t * B + b) * G + u0 + j;
-    d[0] = dc * gg * ig * (1.f - ig);
-    d[H] = dc * c_prev * fg * (1.f - fg);
-    d[2 * H] = dc * ig * (1.f - gg * gg);
-    d[3 * H] = dh * tc * og * (1.f - og);
-    dc = dc * fg;
+    dc = lstm_cell_backward(dh_top[e] + dh_rec, dc, t, b, u0 + j, cs, act, dg);
     grid.sync();
     if (t == 0) break;
     const float* dgt = dg + t * B * G;
@@ -364,17 +359,7 @@ __global__ void __launch_bounds__(256)
           for (int r = 0; r < P; ++r) v += cluster.map_shared_rank(part, r)[fb * Q + g * U + fj];
         pre[g] = xp[(t * B + fb) * G + g * H + u0 + fj] + v;
       }
-      const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
-      c = fg * c + ig * gg;
-      const float h = og * tanhf(c);
-      const int e = (t * B + fb) * H + u0 + fj;
-      hs[e] = h;
-      cs[e] = c;
-      float* a = act + (t * B + fb) * G + u0 + fj;
-      a[0] = ig;
-      a[H] = fg;
-      a[2 * H] = gg;
-      a[3 * H] = og;
+      c = lstm_cell(pre, c, t, fb, u0 + fj, hs, cs, act);
     }
     cluster.sync();  // the partial tiles are read before the next step overwrites them
     grid_barrier(bar, gridDim.x);
@@ -390,15 +375,7 @@ __global__ void gate_kernel(const float* __restrict__ prod, const float* __restr
   float pre[4];
   for (int g = 0; g < 4; ++g)
     pre[g] = xp_t[b * G + g * H + u] + (prod ? prod[b * G + g * H + u] : 0.f);
-  const float ig = sigm(pre[0]), fg = sigm(pre[1]), gg = tanhf(pre[2]), og = sigm(pre[3]);
-  const float cv = fg * (c_prev ? c_prev[i] : 0.f) + ig * gg;
-  c[i] = cv;
-  h[i] = og * tanhf(cv);
-  float* a = act + b * G + u;
-  a[0] = ig;
-  a[H] = fg;
-  a[2 * H] = gg;
-  a[3 * H] = og;
+  lstm_cell(pre, c_prev ? c_prev[i] : 0.f, 0, b, u, h, c, act);  // pointers already at step t
 }
 
 float median(std::vector<float> v) {
