@@ -15,14 +15,8 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "check_cuda.h"
+
 #define LK(x)                                                               \
   do {                                                                      \
     cublasStatus_t s_ = (x);                                                \

@@ -34,17 +34,10 @@
 
 #include "kernels/cuda/tile_gemm.cuh"
 
+#include "check_cuda.h"
+
 namespace cg = cooperative_groups;
 namespace dev = ember::kernels::cuda::dev;
-
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 constexpr int B = 64, H = 256, T = 32, G = 4 * H;
 

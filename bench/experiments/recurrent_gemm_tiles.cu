@@ -19,16 +19,9 @@
 
 #include "kernels/cuda/tile_gemm.cuh"
 
-namespace dev = ember::kernels::cuda::dev;
+#include "check_cuda.h"
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+namespace dev = ember::kernels::cuda::dev;
 
 struct Problem {
   const char* name;
@@ -60,8 +53,7 @@ void launch(const dev::SmallGemmArgs<float>& p, int slices, cudaStream_t s) {
 }
 
 template <int BM, int BN>
-void launch_any(const Problem& pr, const dev::SmallGemmArgs<float>& p, int slices,
-                cudaStream_t s) {
+void launch_any(const Problem& pr, const dev::SmallGemmArgs<float>& p, int slices, cudaStream_t s) {
   if (pr.a_k && pr.b_k) launch<BM, BN, true, true>(p, slices, s);
   if (pr.a_k && !pr.b_k) launch<BM, BN, true, false>(p, slices, s);
   if (!pr.a_k && pr.b_k) launch<BM, BN, false, true>(p, slices, s);
@@ -177,8 +169,9 @@ int main() {
     CK(cudaFree(b));
     CK(cudaFree(d));
   }
-  std::printf("(µs per launch in a graph of %d; '!' marks an error above 4e-5 of the largest "
-              "|reference|)\n",
-              kLaunches);
+  std::printf(
+      "(µs per launch in a graph of %d; '!' marks an error above 4e-5 of the largest "
+      "|reference|)\n",
+      kLaunches);
   return 0;
 }

@@ -20,15 +20,9 @@
 #include <cstring>
 #include <vector>
 
+#include "check_cuda.h"
+
 namespace cg = cooperative_groups;
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 #define CL(x)                                                                          \
   do {                                                                                 \
     cublasStatus_t s_ = (x);                                                           \
