@@ -293,7 +293,7 @@ __device__ __forceinline__ void grid_barrier(Barrier* bar, unsigned blocks) {
 template <int U, int P>
 __global__ void __launch_bounds__(256)
     persistent_forward3(const float* __restrict__ xp, const float* __restrict__ w, float* hs,
-                        float* cs, float* act, Barrier* bar) {
+                        float* cs, float* act, Barrier* bar, int t_begin, int t_end) {
   constexpr int KP = H / P, KPP = KP + kPad, Q = 4 * U, NT = 256;
   static_assert((B / P) * U <= NT, "one finishing thread per row and unit");
   static_assert(B * Q % NT == 0 && (Q % (B * Q / NT)) == 0, "whole output runs per thread");
@@ -314,8 +314,10 @@ __global__ void __launch_bounds__(256)
   // The finishing thread's element: row fb of this block's rows, unit fj.
   const bool finisher = tid < (B / P) * U;
   const int fb = p * (B / P) + tid / U, fj = tid % U;
-  float c = 0.f;
-  for (int t = 0; t < T; ++t) {
+  // Launched for steps [t_begin, t_end): all T at once (one barrier per step), or one step per
+  // launch (the per-step form, c_{t-1} read back from cs).
+  float c = finisher && t_begin > 0 ? cs[((t_begin - 1) * B + fb) * H + u0 + fj] : 0.f;
+  for (int t = t_begin; t < t_end; ++t) {
     if (t > 0) {
       const float* h = hs + (t - 1) * B * H;
       for (int i = tid; i < B * KP / 4; i += NT) {
@@ -355,7 +357,7 @@ __global__ void __launch_bounds__(256)
       c = lstm_cell(pre, c, t, fb, u0 + fj, hs, cs, act);
     }
     cluster.sync();  // the partial tiles are read before the next step overwrites them
-    grid_barrier(bar, gridDim.x);
+    if (t + 1 < t_end) grid_barrier(bar, gridDim.x);
   }
 }
 
@@ -593,9 +595,26 @@ int main() {
     CK(cudaMemset(hs, 0, size_t(T) * B * H * 4));
     const float* cxp = xp;
     const float* cw = w;
-    const float fwd = time([&] { CK(cudaLaunchKernelEx(&cfg, k, cxp, cw, hs, cs, act, bar)); });
+    const float fwd =
+        time([&] { CK(cudaLaunchKernelEx(&cfg, k, cxp, cw, hs, cs, act, bar, 0, T)); });
     std::printf("form 3 U=%d P=%d (%3d blocks): forward %7.1f us (rel err %.2e)\n", U, P, blocks,
                 fwd, max_rel(hs, rh));
+    // The same body as one kernel per time step in a CUDA graph: the product and the cell update
+    // fused, no grid barrier (what a GEMM with a generated epilogue would give per step).
+    CK(cudaMemset(hs, 0, size_t(T) * B * H * 4));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int t = 0; t < T; ++t)
+      CK(cudaLaunchKernelEx(&cfg, k, cxp, cw, hs, cs, act, bar, t, t + 1));
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    const float per_step = time([&] { CK(cudaGraphLaunch(exec, s)); });
+    std::printf(
+        "form 3 U=%d P=%d per-step launches (graph of %d): forward %7.1f us (rel err %.2e)\n", U, P,
+        T, per_step, max_rel(hs, rh));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
   };
   run_form3(std::integral_constant<int, 8>{}, std::integral_constant<int, 4>{});
   run_form3(std::integral_constant<int, 8>{}, std::integral_constant<int, 2>{});
