@@ -37,7 +37,9 @@ nice cmake --build "$before" -j"$jobs" --target ember_bench ember-nvrtc-worker
 cd "$root"
 files=(build/gpu-after/PREBUILT build/gpu-after/tests/ember_tests build/gpu-after/bench/ember_bench
   build/gpu-after/libexec build/gpu-before/bench/ember_bench build/gpu-before/libexec)
-while IFS= read -r f; do files+=("$f"); done < <(find build/gpu-after -name CTestTestfile.cmake)
+# ctest's files, with the test lists catch_discover_tests wrote beside them.
+while IFS= read -r f; do files+=("$f"); done < <(find build/gpu-after -name CTestTestfile.cmake \
+  -o -name '*_include-*.cmake' -o -name '*_tests-*.cmake')
 tar -cf - "${files[@]}" | xz -T"$jobs" -9 >.device/prebuilt.tar.xz
 ls -la .device/prebuilt.tar.xz
 cat "$after/PREBUILT"
