@@ -24,13 +24,14 @@ configure() {  # source, build dir, extra arguments
 mkdir -p "$root/build" "$root/.device"
 configure "$root" "$after"
 nice cmake --build "$after" -j"$jobs" --target ember_tests ember_bench ember-nvrtc-worker
-# The base's sources: only files whose content changed are rewritten, so an unchanged file keeps
-# its time stamp and the base rebuilds only what the new base commit changed.
+# The base's sources: only files whose content changed are rewritten (stamped now, whatever the
+# commit's date), so an unchanged file keeps its time stamp and the base rebuilds only what the
+# new base commit changed.
 src=$root/build/gpu-before-src fresh=$root/build/gpu-before-fresh
 rm -rf "$fresh" && mkdir -p "$fresh" "$src"
 git archive "$base" | tar -x -C "$fresh"
 (cd "$fresh" && find . -type f) | while IFS= read -r f; do
-  cmp -s "$fresh/$f" "$src/$f" || { mkdir -p "$(dirname "$src/$f")" && cp -p "$fresh/$f" "$src/$f"; }
+  cmp -s "$fresh/$f" "$src/$f" || { mkdir -p "$(dirname "$src/$f")" && cp "$fresh/$f" "$src/$f"; }
 done
 (cd "$src" && find . -type f) | while IFS= read -r f; do [ -e "$fresh/$f" ] || rm -f "$src/$f"; done
 rm -rf "$fresh"
