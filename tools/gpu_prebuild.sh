@@ -4,7 +4,7 @@
 # commit's ember_bench. A call spends 4-5 of its minutes building two trees on 16 cores; here
 # the build takes longer but costs no device time and can run while device requests are refused.
 #   bash tools/gpu_prebuild.sh [BASE_COMMIT]     (default main; from the repository root)
-# leaves .device/prebuilt.tar.xz (the binaries and the after tree's ctest files, about 35 MB),
+# leaves .device/prebuilt.tar.xz (the binaries and the after tree's ctest files, about 14 MB),
 # then, with carry [".device"] (no .device/base or deps needed):
 #   PREBUILT=1 ROWS="..." bash tools/gpu_ab.sh
 # The build directories are build/gpu-after and build/gpu-before under this checkout's path,
